@@ -1,0 +1,85 @@
+# Every target creates .venv on first use, so a fresh machine needs only `make demo`
+# or `make test`. Heavy packages (TensorFlow, Spark) come from the package index.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo demo-local test test-quick lint format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-load docs clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[spark,tensorflow,test,docs]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job: a local Spark standalone master and worker from pip's pyspark, and a
+## real two-executor MultiWorkerMirroredStrategy training through an embedded
+## coordinator, with TensorBoard; prints the result and the TensorBoard URL, cleans up.
+demo: $(STAMP)
+	$(VENV)/bin/tfcoord submit --engine spark --master local-standalone --num-executors 2 \
+		--tensorboard -- examples/spark_train.py --steps 60
+
+## The same training with every node a local process (no Spark).
+demo-local: $(STAMP)
+	$(VENV)/bin/tfcoord submit --engine local --workers 2 -- $(PY) examples/mwms_train.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+## Lint, the whole test suite, then the documentation site in strict mode.
+test: lint
+	$(PY) -m pytest
+	$(MAKE) -C docs build
+
+## Everything not marked slow (no TensorFlow, Spark, fake Mesos master, strict docs build
+## or docs samples): about a minute on two cores.
+test-quick: $(STAMP)
+	$(PY) -m pytest -m 'not slow'
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+## The anchors the benchmarks run beside tfcoord. TensorFlowOnSpark 2.2.5 goes in without
+## its dependencies: it asks for the full tensorflow wheel, over tensorflow-cpu.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --no-deps tensorflowonspark==2.2.5
+	$(PY) -m pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+## Every benchmark, side by side with its anchor (about 20 minutes on two cores).
+bench: bench-rendezvous bench-spark bench-feed bench-mesos bench-load
+
+## Rendezvous of N simulated nodes vs TensorFlowOnSpark 2.2.5's reservation server.
+bench-rendezvous: $(BENCH_STAMP)
+	$(PY) benchmarks/rendezvous.py --nodes 10,100,1000,10000 --against tfos --json
+
+## run() to every node in map_fun, and to shutdown(), vs TensorFlowOnSpark 2.2.5 on one Spark cluster.
+bench-spark: $(BENCH_STAMP)
+	$(PY) benchmarks/spark_startup.py --json --repeats 5
+
+## Records per second fed through cluster.train, vs TensorFlowOnSpark 2.2.5.
+bench-feed: $(BENCH_STAMP)
+	$(PY) benchmarks/feed.py --records 1000000 --json
+
+## tfcoord vs tfmesos2 0.4.0 on the fake Mesos master: 1 ps + 2 workers to readiness.
+bench-mesos: $(BENCH_STAMP)
+	$(PY) benchmarks/mesos_ready.py --json
+
+## 10,000 heartbeating connections and 100 jobs, hostile frames, restart to resumed.
+bench-load: $(STAMP)
+	$(PY) benchmarks/load.py --json
+
+## The documentation site (docs/site/); `make -C docs deploy` publishes it.
+docs: $(STAMP)
+	$(MAKE) -C docs build
+
+clean:
+	$(MAKE) -C docs clean
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,227 @@
+"""Feed benchmark: records per second fed from Spark into one TensorFlow worker through ``cluster.train``.
+
+    python benchmarks/feed.py --records 1000000 --json [--repeats N] [--systems tfcoord,tfos]
+
+One local Spark standalone cluster (``LocalSparkCluster``: a master and one worker with
+2 cores) runs both systems, one after the other, on the same data: an RDD of
+``records`` rows ``(i, i * 0.5)`` in ``--partitions`` partitions (10 by default),
+made from a range as the feeding tasks read it. (Not cached: blocks cached before the
+cluster starts sit partly on the executor a tfcoord node then holds, and Spark delays
+those tasks by ``spark.locality.wait``, 3 s, before running them elsewhere; an artefact
+of the set-up, not of feeding.) Each system starts a one-worker
+TensorFlow cluster in InputMode.SPARK and feeds it with ``cluster.train(rdd, num_epochs=1)``
+(TensorFlowOnSpark reads ``num_epochs=0`` as 10 epochs); the
+node's ``map_fun`` is the same code for both (TensorFlowOnSpark's ``TFNode.DataFeed``
+API, imported from ``tensorflowonspark`` or from ``tfcoord.compat.tensorflowonspark``):
+``next_batch(1000)`` until ``should_stop()``, counting records, which it writes to a
+file at the end so the run can check that every record arrived exactly once.
+
+Measured: ``records_per_s`` = records / (time from the ``train()`` call to its return).
+Both systems return from ``train`` only once the node has consumed every partition
+(TensorFlowOnSpark joins its queue; tfcoord waits for the node's end-of-partition ack).
+Each run first feeds a 20,000-record warm-up RDD (Python workers, imports, connections)
+that is not timed.
+
+Spark set-up per system, each as its documentation requires:
+
+* tfcoord: 2 executors x 1 core. The node's Spark task holds one executor for the
+  node's lifetime; the feeding tasks run on the other and reach the node over TCP.
+* TensorFlowOnSpark 2.2.5: 1 executor x 1 core (its rule: as many executors as
+  TensorFlow nodes). Its node task returns once ``map_fun`` runs in a background
+  process, and the feeding tasks run in the same executor, which they must: they find
+  the node's multiprocessing manager through a file in the executor's directory.
+
+Both use the same two host cores (the 2-core standalone worker). TensorFlowOnSpark must be
+importable by the driver and the executors: ``pip install --no-deps tensorflowonspark==2.2.5``
+(its own requirements pin old packages it does not need here), or ``--tfos-path DIR``
+for a ``pip install --target DIR`` tree.
+
+Output: one JSON line per system per run, then a summary with median rates and the
+ratio tfcoord / TensorFlowOnSpark (target >= 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+TFOS = "tensorflowonspark-2.2.5"
+TFCOORD = "tfcoord"
+TARGET_RATIO = 5.0
+WARMUP_RECORDS = 20_000
+#: TensorFlowOnSpark's shutdown arms SIGALRM with this and exits the process if it fires.
+TFOS_SHUTDOWN_TIMEOUT_S = 600
+TFNODE = {TFCOORD: "tfcoord.compat.tensorflowonspark.TFNode", TFOS: "tensorflowonspark.TFNode"}
+
+
+# -- what runs in the node (pickled by value: this file is __main__) ----------------------
+
+
+def map_fun(args: dict[str, Any], ctx: Any) -> None:
+    """Read the feed to its end with TensorFlowOnSpark's DataFeed API; write the record count."""
+    import importlib
+    import os
+
+    TFNode = importlib.import_module(args["tfnode"])
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    count = total = 0
+    while not feed.should_stop():
+        batch = feed.next_batch(1000)
+        count += len(batch)
+        total += sum(r[0] for r in batch)
+    path = os.path.join(args["dir"], "count.json")
+    with open(path + ".tmp", "w") as f:
+        f.write(json.dumps({"count": count, "total": total}))
+    os.replace(path + ".tmp", path)
+
+
+def _cluster_api(system: str) -> Any:
+    if system == TFCOORD:
+        from tfcoord.compat.tensorflowonspark import TFCluster
+    else:
+        from tensorflowonspark import TFCluster
+    return TFCluster
+
+
+def measure(system: str, sc: Any, rdd: Any, warm: Any, records: int, base: str) -> dict[str, Any]:
+    run_dir = tempfile.mkdtemp(prefix=f"{system.split('-')[0]}-", dir=base)
+    TFCluster = _cluster_api(system)
+    args = {"dir": run_dir, "tfnode": TFNODE[system]}
+    try:
+        cluster = TFCluster.run(sc, map_fun, args, 1, 0, input_mode=TFCluster.InputMode.SPARK,
+                                reservation_timeout=120)  # fmt: skip
+        try:
+            cluster.train(warm, num_epochs=1, feed_timeout=600)
+            t0 = time.perf_counter()
+            cluster.train(rdd, num_epochs=1, feed_timeout=600)
+            elapsed = time.perf_counter() - t0
+        finally:
+            if system == TFOS:
+                cluster.shutdown(timeout=TFOS_SHUTDOWN_TIMEOUT_S)
+            else:  # the node writes count.json after the feed ends: give it the time to
+                cluster.shutdown(grace_secs=60)
+        with open(os.path.join(run_dir, "count.json")) as f:
+            seen = json.load(f)
+        expected = records + WARMUP_RECORDS
+        expected_total = records * (records - 1) // 2 + WARMUP_RECORDS * (WARMUP_RECORDS - 1) // 2
+        ok = seen["count"] == expected and seen["total"] == expected_total
+        return {"system": system, "ok": ok, "records": records, "seconds": round(elapsed, 3),
+                "records_per_s": round(records / elapsed), "node_saw": seen["count"],
+                **({} if ok else {"error": f"node saw {seen} records, expected {expected}"})}  # fmt: skip
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # TFCluster calls sys.exit(1) on a failed node
+        logging.getLogger("feed").debug("%s failed:\n%s", system, traceback.format_exc())
+        return {"system": system, "ok": False, "error": f"{type(e).__name__}: {e}"[-3000:]}
+    finally:
+        if system == TFOS:
+            signal.alarm(0)  # TFCluster.shutdown arms SIGALRM and never disarms it
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _spark_context(master: str, executors: int, extra_path: str | None) -> Any:
+    from pyspark import SparkConf, SparkContext
+
+    conf = (
+        SparkConf()
+        .setMaster(master)
+        .setAppName(f"tfcoord-feed-bench-{executors}")
+        .set("spark.executor.cores", "1")
+        .set("spark.cores.max", str(executors))
+        .set("spark.executor.memory", "2g")
+        .set("spark.pyspark.python", sys.executable)
+        .set("spark.dynamicAllocation.enabled", "false")
+        .set("spark.task.maxFailures", "1")
+        .set("spark.ui.enabled", "false")
+        .set("spark.ui.showConsoleProgress", "false")
+        .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+    )
+    if extra_path:
+        conf.set("spark.executorEnv.PYTHONPATH", extra_path)
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    deadline = time.monotonic() + 180
+    tracker = sc._jsc.sc().statusTracker()
+    while len(tracker.getExecutorInfos()) < executors + 1:  # + the driver
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"fewer than {executors} executors registered within 180 s")
+        time.sleep(0.2)
+    return sc
+
+
+def summarize(rows: list[dict[str, Any]], records: int, spark_version: str) -> dict[str, Any]:
+    def median(system: str) -> float | None:
+        rates = [r["records_per_s"] for r in rows if r["system"] == system and r.get("ok")]
+        return round(statistics.median(rates)) if rates else None
+
+    ours, theirs = median(TFCOORD), median(TFOS)
+    ratio = round(ours / theirs, 2) if ours and theirs else None
+    return {"summary": True, "records": records, "spark": spark_version,
+            "tfcoord_records_per_s": ours, "tfos_records_per_s": theirs, "ratio": ratio,
+            "target_ratio": TARGET_RATIO, "meets_target": None if ratio is None else ratio >= TARGET_RATIO}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=1, help="measured runs per system")
+    ap.add_argument("--systems", default="tfcoord,tfos", help="comma list of tfcoord, tfos")
+    ap.add_argument("--tfos-path", help="a directory holding tensorflowonspark (pip install --target)")
+    ap.add_argument("--json", action="store_true", help="print JSON lines only")
+    args = ap.parse_args()
+    names = {"tfcoord": TFCOORD, "tfos": TFOS}
+    systems = [names[s] for s in args.systems.split(",") if s]
+    if args.tfos_path:
+        sys.path.insert(0, args.tfos_path)
+
+    import pyspark
+
+    from tfcoord.node.standalone import LocalSparkCluster
+
+    if TFOS in systems:
+        import tensorflowonspark  # noqa: F401  (fail now, not after the tfcoord runs)
+    logging.getLogger().setLevel(logging.WARNING)  # tensorflowonspark's import sets INFO
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    os.environ.update(LocalSparkCluster.env())
+    base = tempfile.mkdtemp(prefix="tfcoord-feed-bench-")
+    rows: list[dict[str, Any]] = []
+    try:
+        with LocalSparkCluster(cores=2, memory_mb=6144) as cluster:
+            for system in systems:
+                sc = _spark_context(cluster.master_url, 2 if system == TFCOORD else 1, args.tfos_path)
+                try:
+                    rdd = sc.parallelize(range(args.records), args.partitions).map(lambda i: (i, i * 0.5))
+                    warm = sc.parallelize(range(WARMUP_RECORDS), 2).map(lambda i: (i, i * 0.5))
+                    for _ in range(args.repeats):
+                        row = measure(system, sc, rdd, warm, args.records, base)
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
+                        if not row["ok"]:
+                            break
+                finally:
+                    sc.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    summary = summarize(rows, args.records, pyspark.__version__)
+    print(json.dumps(summary), flush=True)
+    if not args.json:
+        for r in rows:
+            line = f"{r['records_per_s']:>12,} records/s" if r.get("ok") else f"FAIL {r['error'][-200:]}"
+            print(f"{r['system']:<26}{line}", file=sys.stderr)
+        print(f"ratio tfcoord / TensorFlowOnSpark: {summary['ratio']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,672 @@
+"""Load, hostile input and restart: the coordinator's reliability figures.
+
+    python benchmarks/load.py [--nodes 10000] [--jobs 100] [--duration 60] [--clients 2]
+                              [--fuzz-seconds 10] [--restart-nodes 1000] [--phases load,fuzz,restart] [--json]
+
+Each phase runs ``tfcoord serve --state-dir`` as its own process (so its CPU and RSS
+are its own, read from /proc) and prints one JSON line:
+
+- ``load``: ``--nodes`` node connections in ``--jobs`` concurrent jobs. Every node does
+  on the wire what ``NodeClient`` and the node runtime do: handshake, register,
+  heartbeat every 2 s, await the cluster, report running, keep an ``await_stop``
+  pending, and at the end report success. Over ``--duration`` seconds of steady state:
+  coordinator CPU (utime+stime from /proc/<pid>/stat, as % of one core), RSS, and the
+  p50/p99/max heartbeat round trip measured client-side (send to reply received).
+- ``fuzz``: hostile frames from ``tests/fuzzframes.py`` (random fields, bit flips,
+  truncations, length lies, garbage, bad hellos) from many connections for
+  ``--fuzz-seconds``; frames per second, and whether the coordinator survived (still
+  running, nothing logged at ERROR, a normal job still completes).
+- ``restart``: ``--restart-nodes`` nodes heartbeating in one job; the coordinator is
+  killed with SIGKILL and restarted on the same state directory and port. Each node
+  reconnects with the client's own jittered backoff (``client.backoff_delays``),
+  resends its pending ``await_stop`` and an immediate heartbeat; it has *resumed* when
+  that heartbeat is answered. Figures: kill to listening, kill to every node resumed.
+
+Simulated nodes run on asyncio in ``--clients`` forked processes (10,000 threads would
+measure the simulator); they share the machine with the coordinator, so on a small
+machine their own scheduling delay is part of every round trip measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import multiprocessing
+import os
+import random
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from array import array
+from collections.abc import Callable
+from multiprocessing.connection import Connection as Pipe
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests/fuzzframes.py
+
+from tfcoord.client import DriverClient, JobSpec, auth, make_roles  # noqa: E402
+from tfcoord.client import messages as m  # noqa: E402
+from tfcoord.client.client import DEFAULT_HEARTBEAT_INTERVAL_S, backoff_delays  # noqa: E402
+from tfcoord.client.protocol import NEED_DATA, Connection, encode_frame  # noqa: E402
+
+#: A phase that takes this long past its own duration has failed.
+PHASE_TIMEOUT_S = 600.0
+#: Connects in flight per simulating process: 10,000 SYNs at once from one host overflow
+#: the kernel's SYN queue and cost 1 s retransmits (see benchmarks/rendezvous.py).
+CONNECTS_IN_FLIGHT = 512
+#: Nodes wait this long for their cluster; far more than setup takes.
+AWAIT_CLUSTER_S = 600.0
+#: A pending await_stop, as a running node keeps one.
+AWAIT_STOP_S = 3600.0
+TARGET_P99_MS = 50.0
+#: Between setup and the measured window. Registering 10,000 nodes journals 20,000
+#: events, and each group commit's fsync runs on the coordinator's loop (up to a second
+#: on a busy disk): the steady state is measured once those have drained; heartbeats
+#: during setup are reported apart (setup_p99_ms).
+SETTLE_S = 5.0
+TARGET_RESUME_S = 2.0
+
+
+# -- the coordinator process -----------------------------------------------------------------
+
+
+class Coordinator:
+    """``tfcoord serve --state-dir`` in a subprocess, restartable on the same port."""
+
+    def __init__(self, tmp: Path, port: int = 0) -> None:
+        self.tmp = tmp
+        self.secret_file = tmp / "secret"
+        if not self.secret_file.exists():
+            auth.write_secret(self.secret_file)
+        self.secret = auth.read_secret(self.secret_file)
+        self.state = tmp / "state"
+        self.log = tmp / "serve.log"
+        self.port = port
+        self.start()
+
+    def start(self) -> float:
+        """Start (again); returns the seconds until it listened."""
+        port_file = self.tmp / f"port-{time.monotonic_ns()}"
+        t0 = time.monotonic()
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tfcoord", "--log-level", "WARNING", "serve", "--port", str(self.port),
+                 "--port-file", str(port_file), "--secret-file", str(self.secret_file), "--state-dir", str(self.state)],
+                stdout=subprocess.DEVNULL, stderr=log,
+            )  # fmt: skip
+        while not port_file.exists():  # written atomically once it listens
+            if self.proc.poll() is not None or time.monotonic() - t0 > 60:
+                raise RuntimeError(f"tfcoord serve did not start:\n{self.log.read_text()[-2000:]}")
+            time.sleep(0.002)
+        self.listened_at = time.monotonic()
+        self.port = int(port_file.read_text())
+        return self.listened_at - t0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    def memory_mb(self) -> tuple[float, float]:
+        """(current RSS, peak RSS) in MiB."""
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+        )
+        return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+
+    def errors_logged(self) -> list[str]:
+        return [ln for ln in self.log.read_text().splitlines() if " ERROR " in ln or "Traceback" in ln]
+
+
+def _raise_fd_limit() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+# -- a simulated node ------------------------------------------------------------------------
+
+
+class SimNode(asyncio.Protocol):
+    """One node connection: the sans-io protocol under an asyncio transport."""
+
+    def __init__(self, job: str, token: bytes, executor_id: int) -> None:
+        self.job, self.token, self.executor_id = job, token, executor_id
+        self.transport: asyncio.Transport | None = None
+        self.conn = Connection()
+        #: Frames without a request id (challenge, welcome); None once the connection is lost.
+        self._handshake: asyncio.Queue[m.Message | None] = asyncio.Queue()
+        self._replies: dict[int, asyncio.Future] = {}
+        self._ids = iter(range(1, 2**31))
+        self.lost = asyncio.Event()
+        # The heartbeat in flight, driven by a Beater: its request id and send time.
+        self.hb_id = -1
+        self.hb_t0: float | None = None
+        self.beater: Beater | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        self.conn.receive_data(data)
+        while (msg := self.conn.next_event()) is not NEED_DATA:
+            if not isinstance(msg, m.Message):
+                return
+            if getattr(msg, "id", None) == self.hb_id and self.beater is not None:
+                self.beater.answered(self, msg, now)
+                continue
+            fut = self._replies.pop(getattr(msg, "id", None), None)  # type: ignore[arg-type]
+            if fut is not None:
+                if not fut.done():
+                    fut.set_result((msg, now))
+            else:
+                self._handshake.put_nowait(msg)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost.set()
+        self._handshake.put_nowait(None)
+        for fut in self._replies.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError("coordinator connection lost"))
+        self._replies.clear()
+
+    async def connect(self, host: str, port: int, gate: asyncio.Semaphore) -> None:
+        loop = asyncio.get_running_loop()
+        self.conn, self._handshake, self.lost = Connection(), asyncio.Queue(), asyncio.Event()
+        async with gate:
+            await loop.create_connection(lambda: self, host, port)
+        challenge = await self._handshake.get()
+        if not isinstance(challenge, m.Challenge):
+            raise ConnectionError(f"no challenge: {challenge}")
+        proof = auth.client_proof(self.token, challenge.nonce, "node", self.job)
+        self._write(m.Hello(version=m.PROTOCOL_VERSION, role="node", job=self.job, proof=proof,
+                            cnonce=auth.new_nonce()))  # fmt: skip
+        welcome = await self._handshake.get()
+        if not isinstance(welcome, m.Welcome):
+            raise ConnectionError(f"refused: {welcome}")
+
+    def _write(self, msg: m.Message) -> None:
+        assert self.transport is not None
+        self.transport.write(self.conn.send(msg))
+
+    def send(self, build: Callable[[int], m.Request]) -> asyncio.Future:
+        """Send ``build(id)``; the future resolves to (reply, perf_counter at arrival)."""
+        if self.lost.is_set():
+            raise ConnectionError("coordinator connection lost")
+        msg = build(next(self._ids))
+        fut = asyncio.get_running_loop().create_future()
+        self._replies[msg.id] = fut
+        self._write(msg)
+        return fut
+
+    async def call(self, build: Callable[[int], m.Request]) -> m.Message:
+        msg, _ = await self.send(build)
+        if isinstance(msg, m.Error):
+            raise RuntimeError(f"executor {self.executor_id}: {msg.code}: {msg.message}")
+        return msg
+
+    async def heartbeat(self) -> float:
+        """One heartbeat round trip; returns its seconds."""
+        ids = {"job": self.job, "executor_id": self.executor_id, "attempt": 0}
+        t0 = time.perf_counter()
+        msg, t1 = await self.send(lambda i: m.Heartbeat(id=i, **ids))
+        if not isinstance(msg, m.Reply) or msg.result.get("stop"):
+            raise RuntimeError(f"executor {self.executor_id}: heartbeat answered {msg}")
+        return t1 - t0
+
+    def ids(self) -> dict[str, Any]:
+        return {"job": self.job, "executor_id": self.executor_id, "attempt": 0}
+
+    def beat(self) -> bool:
+        """Send a heartbeat (as a pre-framed map: no message object to build); False if the
+        last one is still unanswered, as the blocking client never has two in flight."""
+        if self.hb_t0 is not None or self.transport is None or self.lost.is_set():
+            return False
+        self.hb_id = next(self._ids)
+        frame = encode_frame({"op": "heartbeat", "id": self.hb_id, "job": self.job,
+                              "executor_id": self.executor_id, "attempt": 0, "meta": {}})  # fmt: skip
+        self.hb_t0 = time.perf_counter()
+        self.transport.write(frame)
+        return True
+
+    def await_stop(self) -> None:
+        self.send(lambda i: m.AwaitStop(id=i, timeout_s=AWAIT_STOP_S, **self.ids())).add_done_callback(
+            lambda f: f.exception() if not f.cancelled() else None  # answered or lost, never awaited
+        )
+
+
+class Beater:
+    """Every node's heartbeat from one timer wheel, each node on its own phase of the period.
+
+    This is what each node's heartbeat thread does, without a coroutine (and its timers)
+    per node: at 5,000 nodes per process those would measure the simulator's own
+    overhead, which lands in every round trip it times.
+    """
+
+    #: The wheel's resolution: each node beats within this of its own phase.
+    TICK_S = 0.005
+
+    def __init__(self, interval_s: float) -> None:
+        self.slots: list[list[SimNode]] = [[] for _ in range(max(1, round(interval_s / self.TICK_S)))]
+        #: Which figures a round trip counts toward: "setup" (the registration storm and
+        #: its settling), "steady" (the measured window), or None (not measured).
+        self.phase: str | None = "setup"
+        self.latencies = {"setup": array("d"), "steady": array("d")}
+        #: Beats skipped because the previous one was still unanswered, per phase.
+        self.late = {"setup": 0, "steady": 0}
+        #: How late the wheel's ticks ran in the measured window: this process's own delay
+        #: (a busy or starved simulator), as opposed to the coordinator's.
+        self.tick_lag = array("d")
+        self.refused: list[str] = []
+
+    def add(self, node: SimNode) -> None:
+        node.beater = self
+        self.slots[random.randrange(len(self.slots))].append(node)
+
+    def answered(self, node: SimNode, msg: m.Message, now: float) -> None:
+        if not isinstance(msg, m.Reply) or msg.result.get("stop"):
+            self.refused.append(f"executor {node.executor_id}: heartbeat answered {msg}")
+        elif self.phase is not None and node.hb_t0 is not None:
+            self.latencies[self.phase].append(now - node.hb_t0)
+        node.hb_t0 = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        start, k = loop.time(), 0
+        while not stop.is_set():
+            if self.phase == "steady":
+                self.tick_lag.append(loop.time() - (start + k * self.TICK_S))
+            for node in self.slots[k % len(self.slots)]:
+                if not node.beat() and self.phase is not None and node.transport is not None:
+                    self.late[self.phase] += 1
+            k += 1
+            await asyncio.sleep(max(0.0, start + k * self.TICK_S - loop.time()))
+
+
+# -- client processes ------------------------------------------------------------------------
+
+
+class Control:
+    """The parent's commands, read off the pipe inside the worker's event loop."""
+
+    def __init__(self, pipe: Pipe) -> None:
+        self.pipe = pipe
+        self.go = asyncio.Event()  # start the measured window
+        self.halt = asyncio.Event()  # end it (before any process starts its final reports)
+        self.stop = asyncio.Event()  # stop beating, report, hang up
+        asyncio.get_running_loop().add_reader(pipe.fileno(), self._read)
+
+    def _read(self) -> None:
+        while self.pipe.poll():
+            getattr(self, self.pipe.recv()).set()
+
+
+async def _load_worker(pipe: Pipe, port: int, nodes: list[tuple[str, bytes, int]], interval_s: float) -> None:
+    ctl = Control(pipe)
+    gate = asyncio.Semaphore(CONNECTS_IN_FLIGHT)
+    beater = Beater(interval_s)
+    beating = asyncio.ensure_future(beater.run(ctl.stop))
+    running = 0
+    all_running = asyncio.Event()
+    errors: list[str] = []
+    t_start = time.monotonic()
+
+    async def life(job: str, token: bytes, executor_id: int) -> None:
+        nonlocal running
+        node = SimNode(job, token, executor_id)
+        try:
+            await node.connect("127.0.0.1", port, gate)
+            await node.call(lambda i: m.Register(id=i, host=f"10.0.{executor_id // 250}.{executor_id % 250}",
+                                                 port=20000 + executor_id, **node.ids()))  # fmt: skip
+            beater.add(node)  # heartbeats from registration on, like NodeClient
+            await node.call(lambda i: m.AwaitCluster(id=i, timeout_s=AWAIT_CLUSTER_S, **node.ids()))
+            await node.call(lambda i: m.Report(id=i, state="running", **node.ids()))
+            node.await_stop()
+            running += 1
+            if running == len(nodes):
+                all_running.set()
+            await ctl.stop.wait()
+            await node.call(lambda i: m.Report(id=i, state="succeeded", **node.ids()))
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+            if len(errors) == 1:
+                all_running.set()  # report the failure instead of waiting forever
+        finally:
+            if node.transport is not None:
+                node.transport.close()
+
+    lives = [asyncio.ensure_future(life(*n)) for n in nodes]
+    await all_running.wait()
+    pipe.send(("ready", running, time.monotonic() - t_start, errors[:3]))
+    await ctl.go.wait()
+    # The simulator's own objects (5,000 nodes' worth) are there to stay: keep its garbage
+    # collector from walking them mid-window, a pause every round trip in flight would show.
+    gc.freeze()
+    beater.phase = "steady"
+    await ctl.halt.wait()
+    beater.phase = None
+    await ctl.stop.wait()
+    await beating
+    await asyncio.gather(*lives)
+    errors += beater.refused
+    pipe.send(("result", {k: a.tobytes() for k, a in beater.latencies.items()}, errors[:3], len(errors),
+               beater.late, beater.tick_lag.tobytes()))  # fmt: skip
+
+
+def _worker(target: Callable[..., Any], pipe: Pipe, *args: Any) -> None:
+    _raise_fd_limit()
+    random.seed(os.getpid())
+    asyncio.run(target(pipe, *args))
+
+
+def _spawn(target: Callable[..., Any], *args: Any) -> tuple[multiprocessing.Process, Pipe]:
+    parent, child = multiprocessing.get_context("fork").Pipe()
+    proc = multiprocessing.get_context("fork").Process(
+        target=_worker, args=(target, child, *args), daemon=True
+    )
+    proc.start()
+    child.close()
+    return proc, parent
+
+
+def _recv(pipe: Pipe, timeout_s: float = PHASE_TIMEOUT_S) -> Any:
+    if not pipe.poll(timeout_s):
+        raise TimeoutError("a client process did not answer in time")
+    return pipe.recv()
+
+
+# -- phases ----------------------------------------------------------------------------------
+
+
+def run_load(nodes: int, jobs: int, duration_s: float, clients: int) -> dict[str, Any]:
+    _raise_fd_limit()
+    with tempfile.TemporaryDirectory() as tmp:
+        coord = Coordinator(Path(tmp))
+        try:
+            per_job = nodes // jobs
+            with DriverClient(coord.address, coord.secret) as d:
+                ids = [d.submit(JobSpec(roles=make_roles(per_job), reservation_timeout_s=PHASE_TIMEOUT_S,
+                                        name=f"load-{j}")) for j in range(jobs)]  # fmt: skip
+                tokens = {job: d.job_token(job) for job in ids}
+            assignments: list[list[tuple[str, bytes, int]]] = [[] for _ in range(clients)]
+            for j, job in enumerate(ids):
+                for i in range(per_job):
+                    assignments[(j * per_job + i) % clients].append((job, tokens[job], i))
+            t0 = time.monotonic()
+            procs = [_spawn(_load_worker, coord.port, a, DEFAULT_HEARTBEAT_INTERVAL_S) for a in assignments]
+            ready = [_recv(pipe) for _, pipe in procs]
+            setup_s = time.monotonic() - t0
+            problems = [e for r in ready for e in r[3]]
+            if problems:
+                raise RuntimeError(f"nodes failed during setup: {problems}")
+            time.sleep(SETTLE_S)  # let the registration storm's journal commits drain
+            cpu0, w0 = coord.cpu_s(), time.monotonic()
+            for _, pipe in procs:
+                pipe.send("go")
+            time.sleep(duration_s)  # the steady state being measured
+            for _, pipe in procs:
+                pipe.send("halt")
+            cpu1, w1 = coord.cpu_s(), time.monotonic()
+            rss, peak = coord.memory_mb()
+            for _, pipe in procs:
+                pipe.send("stop")
+            results = [_recv(pipe) for _, pipe in procs]
+            for proc, _ in procs:
+                proc.join(60)
+            with DriverClient(coord.address, coord.secret) as d:
+                states = [j["state"] for j in d.status()["jobs"]]
+            lat = sorted(x for r in results for x in array("d", r[1]["steady"]))
+            storm = sorted(x for r in results for x in array("d", r[1]["setup"]))
+            failures = sum(r[3] for r in results)
+            late = sum(r[4]["steady"] for r in results)
+            lag = sorted(x for r in results for x in array("d", r[5]))
+            p99_ms = _percentile(lat, 0.99) * 1e3
+            return {
+                "phase": "load", "ok": failures == 0 and states.count("SUCCEEDED") == jobs,
+                "connections": per_job * jobs, "jobs": jobs, "duration_s": round(w1 - w0, 1),
+                "setup_s": round(setup_s, 1), "heartbeats": len(lat),
+                "heartbeats_per_s": round(len(lat) / (w1 - w0)), "heartbeats_late": late,
+                "p50_ms": round(_percentile(lat, 0.5) * 1e3, 2), "p99_ms": round(p99_ms, 2),
+                "max_ms": round(lat[-1] * 1e3, 1) if lat else None,
+                "p99_target_ms": TARGET_P99_MS, "p99_met": p99_ms < TARGET_P99_MS,
+                "setup_p50_ms": round(_percentile(storm, 0.5) * 1e3, 2),
+                "setup_p99_ms": round(_percentile(storm, 0.99) * 1e3, 2),
+                "setup_max_ms": round(storm[-1] * 1e3, 1) if storm else None,
+                "setup_heartbeats_late": sum(r[4]["setup"] for r in results),
+                "client_lag_p99_ms": round(_percentile(lag, 0.99) * 1e3, 2),
+                "client_lag_max_ms": round(lag[-1] * 1e3, 1) if lag else None,
+                "coordinator_cpu_percent": round((cpu1 - cpu0) / (w1 - w0) * 100, 1),
+                "coordinator_rss_mb": round(rss, 1), "coordinator_peak_rss_mb": round(peak, 1),
+                "jobs_succeeded": states.count("SUCCEEDED"), "node_failures": failures,
+                "errors": [e for r in results for e in r[2]][:3],
+            }  # fmt: skip
+        finally:
+            coord.stop()
+
+
+async def _fuzz_worker(
+    pipe: Pipe, port: int, secret: bytes, jobs: dict[str, int], seconds: float, seed: int
+) -> None:
+    from tests.fuzzframes import Generator, run_plans
+
+    gen = Generator(random.Random(seed), secret, jobs)
+    plans = gen.plans(20_000)  # made before the clock starts: the clock is for the coordinator
+    frames = hung = bad = 0
+    t0 = time.monotonic()
+    i = 0
+    while time.monotonic() - t0 < seconds:
+        batch = plans[i % len(plans) : i % len(plans) + 200]
+        i += 200
+        outcomes = await run_plans("127.0.0.1", port, gen, batch, concurrency=64, close_wait_s=0.05)
+        frames += sum(o.plan.frames for o in outcomes)
+        hung += sum(o.hung for o in outcomes)
+        bad += sum(1 for o in outcomes if o.bad_reply)
+    pipe.send((frames, time.monotonic() - t0, hung, bad))
+
+
+def run_fuzz(seconds: float, clients: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        coord = Coordinator(Path(tmp))
+        try:
+            with DriverClient(coord.address, coord.secret) as d:
+                jobs = {d.submit(JobSpec(roles=make_roles(3)), f"fz-{k}"): 3 for k in range(4)}
+            cpu0 = coord.cpu_s()
+            procs = [_spawn(_fuzz_worker, coord.port, coord.secret, jobs, seconds, k) for k in range(clients)]
+            results = [_recv(pipe) for _, pipe in procs]
+            cpu = coord.cpu_s() - cpu0
+            frames = sum(r[0] for r in results)
+            wall = max(r[1] for r in results)
+            alive = coord.proc.poll() is None
+            with DriverClient(coord.address, coord.secret) as d:  # still serving a normal job?
+                from tfcoord.client import NodeClient
+
+                job = d.submit(JobSpec(roles=make_roles(1)))
+                with NodeClient(coord.address, d.job_token(job), job, 0) as n:
+                    n.register("127.0.0.1", 1)
+                    n.await_cluster(30)
+                    n.report("succeeded")
+                normal = d.await_job(job, 30)["state"]
+            errors = coord.errors_logged()
+            hung = sum(r[2] for r in results)
+            return {
+                "phase": "fuzz", "ok": alive and normal == "SUCCEEDED" and not errors and hung == 0,
+                "frames": frames, "seconds": round(wall, 1), "frames_per_s": round(frames / wall),
+                "coordinator_cpu_percent": round(cpu / wall * 100, 1), "survived": alive,
+                "normal_job_after": normal, "errors_logged": errors[:3], "hung_connections": hung,
+                "bad_replies": sum(r[3] for r in results),
+            }  # fmt: skip
+        finally:
+            coord.stop()
+
+
+async def _restart_worker(pipe: Pipe, port: int, job: str, token: bytes, n: int, interval_s: float) -> None:
+    ctl = Control(pipe)
+    gate = asyncio.Semaphore(CONNECTS_IN_FLIGHT)
+    running = 0
+    all_running = asyncio.Event()
+    resumed: list[float] = []
+    all_resumed = asyncio.Event()
+    errors: list[str] = []
+
+    async def reconnect(node: SimNode) -> None:
+        for delay in backoff_delays():  # exactly the blocking client's schedule
+            try:
+                await node.connect("127.0.0.1", port, gate)
+                return
+            except OSError:
+                await asyncio.sleep(delay)
+
+    async def life(executor_id: int) -> None:
+        nonlocal running
+        node = SimNode(job, token, executor_id)
+        try:
+            await node.connect("127.0.0.1", port, gate)
+            await node.call(
+                lambda i: m.Register(id=i, host="127.0.0.1", port=20000 + executor_id, **node.ids())
+            )
+            await node.call(lambda i: m.AwaitCluster(id=i, timeout_s=AWAIT_CLUSTER_S, **node.ids()))
+            await node.call(lambda i: m.Report(id=i, state="running", **node.ids()))
+            node.await_stop()
+            running += 1
+            if running == n:
+                all_running.set()
+            await asyncio.sleep(random.uniform(0, interval_s))
+            resuming = False
+            while not ctl.stop.is_set():
+                try:
+                    await node.heartbeat()
+                except ConnectionError:
+                    resuming = True
+                    await reconnect(node)
+                    node.await_stop()  # what was pending is sent again
+                    continue  # and the heartbeat in flight too, at once
+                if resuming:
+                    resuming = False
+                    resumed.append(time.monotonic())
+                    if len(resumed) == n:
+                        all_resumed.set()
+                # Until the next beat, or at once when the connection drops: the blocking
+                # client's reader thread notices a lost connection and reconnects right away.
+                try:
+                    await asyncio.wait_for(node.lost.wait(), interval_s)
+                except TimeoutError:
+                    pass
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+            all_running.set()
+            all_resumed.set()
+
+    lives = [asyncio.ensure_future(life(i)) for i in range(n)]
+    await all_running.wait()
+    pipe.send(("ready", errors[:3]))
+    await all_resumed.wait()
+    pipe.send(("resumed", sorted(resumed), len(resumed), errors[:3]))
+    await ctl.stop.wait()
+    await asyncio.gather(*lives)
+
+
+def run_restart(nodes: int) -> dict[str, Any]:
+    _raise_fd_limit()
+    with tempfile.TemporaryDirectory() as tmp:
+        coord = Coordinator(Path(tmp))
+        proc = None
+        try:
+            with DriverClient(coord.address, coord.secret) as d:
+                job = d.submit(
+                    JobSpec(roles=make_roles(nodes), reservation_timeout_s=PHASE_TIMEOUT_S, name="restart")
+                )
+                token = d.job_token(job)
+            proc, pipe = _spawn(_restart_worker, coord.port, job, token, nodes, DEFAULT_HEARTBEAT_INTERVAL_S)
+            ready = _recv(pipe)
+            if ready[1]:
+                raise RuntimeError(f"nodes failed: {ready[1]}")
+            time.sleep(2 * DEFAULT_HEARTBEAT_INTERVAL_S)  # steady heartbeating before the kill
+            t_kill = time.monotonic()
+            coord.kill()
+            coord.start()
+            listening_s = coord.listened_at - t_kill
+            _, resumed_at, count, errors = _recv(pipe)
+            last_resumed = resumed_at[-1] if resumed_at else None
+            with DriverClient(coord.address, coord.secret) as d:
+                st = d.status(job)
+            pipe.send("stop")
+            proc.join(60)
+            resumed_s = (last_resumed - t_kill) if last_resumed else None
+            return {
+                "phase": "restart", "ok": count == nodes and not errors and st["state"] == "RUNNING",
+                "nodes": nodes, "kill_to_listening_s": round(listening_s, 3),
+                "kill_to_all_resumed_s": round(resumed_s, 3) if resumed_s else None,
+                "kill_to_half_resumed_s": round(_percentile(resumed_at, 0.5) - t_kill, 3) if resumed_at else None,
+                "listening_to_all_resumed_s": round(resumed_s - listening_s, 3) if resumed_s else None,
+                "target_s": TARGET_RESUME_S, "target_met": bool(resumed_s and resumed_s < TARGET_RESUME_S),
+                "resumed": count, "job_state_after": st["state"], "errors": errors,
+            }  # fmt: skip
+        finally:
+            if proc is not None and proc.is_alive():
+                proc.kill()
+            coord.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=10_000, help="node connections in the load phase")
+    ap.add_argument("--jobs", type=int, default=100, help="concurrent jobs the nodes belong to")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds of steady-state load measured")
+    ap.add_argument("--clients", type=int, default=2, help="client processes simulating the nodes")
+    ap.add_argument("--fuzz-seconds", type=float, default=10.0)
+    ap.add_argument("--restart-nodes", type=int, default=1000)
+    ap.add_argument("--phases", default="load,fuzz,restart")
+    ap.add_argument("--json", action="store_true", help="print JSON lines only")
+    args = ap.parse_args()
+    if args.nodes % args.jobs:
+        ap.error("--nodes must be a multiple of --jobs")
+    runs = {"load": lambda: run_load(args.nodes, args.jobs, args.duration, args.clients),
+            "fuzz": lambda: run_fuzz(args.fuzz_seconds, args.clients),
+            "restart": lambda: run_restart(args.restart_nodes)}  # fmt: skip
+    rows = []
+    for phase in args.phases.split(","):
+        try:
+            row = runs[phase]()
+        except Exception as e:
+            row = {"phase": phase, "ok": False, "error": f"{type(e).__name__}: {e}"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if not args.json:
+        for r in rows:
+            print(
+                f"{r['phase']:>8}: " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "phase"),
+                file=sys.stderr,
+            )
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

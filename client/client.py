@@ -1,0 +1,695 @@
+"""The blocking client: stdlib sockets and the sans-io protocol, nothing else.
+
+One :class:`Client` is one authenticated connection, safe to share between
+threads: a reader thread matches replies to requests by id, so a node can block
+in ``await_cluster`` while its heartbeat thread keeps beating on the same
+connection. When the connection drops, the reader reconnects with jittered
+exponential backoff until ``reconnect_deadline_s`` passes and resends every
+pending request; the protocol makes each of them idempotent (a node registering
+again with the same job, slot and attempt gets the same answer).
+
+:class:`DriverClient` submits and awaits jobs; :class:`NodeClient` registers a
+node, waits for the cluster and reports how it ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from . import auth, tls
+from . import messages as m
+from .errors import (
+    AuthenticationFailed,
+    ConnectionClosed,
+    DeadlineExceeded,
+    JobFailed,
+    JobStopped,
+    ProtocolError,
+    RemoteProtocolError,
+    RequestRejected,
+    TlsError,
+)
+from .protocol import CLOSED, NEED_DATA, Connection, decode_spec
+
+log = logging.getLogger("tfcoord.client")
+
+#: How long to keep trying to reach a coordinator that refuses connections: long enough
+#: to ride out a coordinator restart under systemd (a few seconds), short enough that a
+#: wrong address fails a job in well under a minute.
+DEFAULT_CONNECT_DEADLINE_S = 30.0
+#: Same budget for re-establishing a connection that dropped mid-job.
+DEFAULT_RECONNECT_DEADLINE_S = 30.0
+#: A single TCP connect + handshake; loopback or a LAN answers in milliseconds.
+HANDSHAKE_TIMEOUT_S = 10.0
+#: A coordinator writes its challenge the moment it accepts a connection: milliseconds,
+#: even in a reconnect storm of thousands of nodes. A coordinator serving TLS writes
+#: nothing at all to a plaintext client (it waits for a TLS ClientHello), so silence
+#: this long on a first connection means TLS, and says so instead of hanging.
+CHALLENGE_TIMEOUT_S = 5.0
+#: Backoff between connection attempts: starts small, doubles, capped, with full jitter
+#: so a hundred executors that lost the coordinator together do not return in lockstep.
+#: The cap bounds how long a node stays away once the coordinator is back: a restarted
+#: coordinator listens within half a second, and with a 1 s cap every node is back
+#: within 2 s of the kill (benchmarks/load.py, restart phase), while full jitter still
+#: spreads 10,000 reconnects over a second.
+BACKOFF_INITIAL_S = 0.05
+BACKOFF_MAX_S = 1.0
+#: The coordinator answers a wait at its deadline; allow this much on top for the reply
+#: to travel before the client gives up on its own.
+REPLY_SLACK_S = 10.0
+#: Requests that are not waits are answered at once; a reply slower than this means the
+#: coordinator is overloaded or gone.
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+#: Heartbeat period; the coordinator's default heartbeat timeout (30 s) allows many misses.
+DEFAULT_HEARTBEAT_INTERVAL_S = 2.0
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` → (host, port); raises ValueError saying what is wrong."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"coordinator address {address!r} must look like HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def backoff_delays(initial_s: float = BACKOFF_INITIAL_S, cap_s: float = BACKOFF_MAX_S):
+    """Full-jitter exponential backoff: uniform(0, min(cap, initial * 2**n))."""
+    n = 0
+    while True:
+        yield random.uniform(0, min(cap_s, initial_s * 2**n))
+        n += 1
+
+
+class _Refused(Exception):
+    """The coordinator sent a connection-level error frame; it closes the connection next."""
+
+
+class _ClosedIdle(ConnectionClosed):
+    """The coordinator closed a connection that sat idle (or stalled mid-frame): reconnect."""
+
+
+#: Connection-level errors after which the same requests on a new connection will succeed.
+_TRANSIENT_CLOSES = frozenset({"idle_timeout", "frame_timeout"})
+
+
+@dataclass
+class _Pending:
+    msg: m.Request
+    future: Future
+    deadline: float  # monotonic
+
+
+class Client:
+    """One authenticated connection to a coordinator.
+
+    Args:
+        address: ``host:port`` of the coordinator.
+        key: the coordinator secret (driver, admin) or the job token (node).
+        role: ``driver``, ``node`` or ``admin``.
+        job: the job a node acts in (required for nodes).
+        ssl_context: wrap the socket in TLS with this context (see :mod:`tfcoord.client.tls`).
+        challenge_timeout_s: how long a first connection waits for the coordinator's
+            challenge before concluding that the coordinator expects TLS.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        key: bytes,
+        *,
+        role: str,
+        job: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        connect_deadline_s: float = DEFAULT_CONNECT_DEADLINE_S,
+        reconnect_deadline_s: float = DEFAULT_RECONNECT_DEADLINE_S,
+        challenge_timeout_s: float = CHALLENGE_TIMEOUT_S,
+    ) -> None:
+        if role not in m.CLIENT_ROLES:
+            raise ValueError(f"role must be one of {m.CLIENT_ROLES}")
+        if role == "node" and not job:
+            raise ValueError("a node client must name its job")
+        self.address = address
+        self._hostport = parse_address(address)
+        self._key = key
+        self.role = role
+        self.job = job
+        self._ssl = ssl_context
+        self._connect_deadline_s = connect_deadline_s
+        self._reconnect_deadline_s = reconnect_deadline_s
+        self._challenge_timeout_s = challenge_timeout_s
+        #: Set once a handshake succeeded: from then on the transport is known to match, and
+        #: a silent coordinator is a slow one (retried), not a TLS mismatch.
+        self._handshaken = False
+        self._lock = threading.Lock()  # guards the socket for writing, _pending, _ids
+        self._sock: socket.socket | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._next_id = 1
+        self._closed = threading.Event()
+        self._reader: threading.Thread | None = None
+        self.reconnects = 0
+
+    # -- connection ---------------------------------------------------------------------
+
+    def connect(self) -> Client:
+        """Connect and authenticate, retrying refused connections until the deadline.
+
+        Raises:
+            AuthenticationFailed: the coordinator refused our proof (not retried).
+            TlsError: one side speaks TLS and the other does not, or a certificate was
+                refused (not retried).
+            ConnectionClosed: no connection before the deadline (chained from the last cause).
+        """
+        self._sock = self._dial(self._connect_deadline_s)
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"tfcoord-{self.role}-reader", daemon=True
+        )
+        self._reader.start()
+        return self
+
+    def _dial(self, budget_s: float) -> socket.socket:
+        deadline = time.monotonic() + budget_s
+        last: BaseException | None = None
+        for delay in backoff_delays():
+            if self._closed.is_set():
+                break
+            try:
+                return self._handshake()
+            except (AuthenticationFailed, ProtocolError, TlsError):
+                raise
+            except OSError as e:
+                last = e
+            if time.monotonic() + delay > deadline:
+                break
+            time.sleep(delay)
+        raise ConnectionClosed(
+            f"could not reach the tfcoord coordinator at {self.address} within {budget_s:g} s "
+            f"({last}); is it running, and is the address right (TFCOORD_ADDRESS)?"
+        ) from last
+
+    def _handshake(self) -> socket.socket:
+        sock = socket.create_connection(self._hostport, timeout=HANDSHAKE_TIMEOUT_S)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ssl is not None:
+                sock = self._ssl.wrap_socket(sock, server_hostname=self._hostport[0])
+            conn = Connection()
+            challenge = self._await_challenge(sock, conn)
+            if not isinstance(challenge, m.Challenge):
+                raise RemoteProtocolError(f"expected a challenge from the coordinator, got {challenge.op}")
+            if challenge.version != m.PROTOCOL_VERSION:
+                raise ProtocolError(
+                    f"coordinator speaks protocol version {challenge.version}, this client "
+                    f"{m.PROTOCOL_VERSION}; install matching tfcoord versions"
+                )
+            cnonce = auth.new_nonce()
+            proof = auth.client_proof(self._key, challenge.nonce, self.role, self.job)
+            hello = m.Hello(
+                version=m.PROTOCOL_VERSION, role=self.role, job=self.job, proof=proof, cnonce=cnonce
+            )
+            sock.sendall(conn.send(hello))
+            answer = _recv_one(sock, conn)
+            if isinstance(answer, m.Error):
+                if answer.code in ("auth_failed", "version_mismatch"):
+                    raise AuthenticationFailed(answer.message)
+                raise ConnectionClosed(f"coordinator refused the connection: {answer.code}: {answer.message}")
+            if not isinstance(answer, m.Welcome):
+                raise RemoteProtocolError(f"expected welcome, got {answer.op}")
+            if not auth.verify(auth.server_proof(self._key, cnonce), answer.proof):
+                raise AuthenticationFailed(
+                    f"the server at {self.address} could not prove it knows the secret; "
+                    "it is not the coordinator you configured"
+                )
+            sock.settimeout(None)  # the reader thread blocks; deadlines live in the futures
+            if conn.buffered:
+                raise RemoteProtocolError("coordinator sent data before the first request")
+            self._handshaken = True
+            return sock
+        except ssl.SSLError as e:
+            sock.close()
+            explained = tls.explain(e, self.address)
+            if explained is not None:
+                raise explained from e
+            raise  # the connection broke mid-handshake: retried like any lost connection
+        except BaseException:
+            sock.close()
+            raise
+
+    def _await_challenge(self, sock: socket.socket, conn: Connection) -> m.Message:
+        """The coordinator's first frame, telling a TLS mismatch or a wrong service apart."""
+        sock.settimeout(self._challenge_timeout_s)
+        try:
+            first = _recv_one(sock, conn)
+        except TimeoutError:
+            if self._ssl is None and not conn.buffered and not self._handshaken:
+                raise TlsError(
+                    f"the coordinator at {self.address} accepted the connection but sent no challenge "
+                    f"within {self._challenge_timeout_s:g} s. TLS? A coordinator started with "
+                    "--tls-cert waits for a TLS handshake first: set TFCOORD_TLS_CA to the CA file "
+                    "that signed its certificate (or pass ssl_context=tfcoord.client.tls.client_context(...))"
+                ) from None
+            raise
+        except (ConnectionClosed, ConnectionResetError):
+            # A mutual-TLS coordinator checks our certificate after the TLS 1.3 handshake has
+            # completed on our side, and asyncio drops the connection without sending its alert.
+            if self._ssl is not None and not conn.buffered and not self._handshaken:
+                raise TlsError(
+                    f"the coordinator at {self.address} closed the connection right after the TLS "
+                    "handshake, before its challenge. TLS? It demands a client certificate signed by "
+                    "its CA (mutual TLS, --tls-ca) and this client presented none or an untrusted "
+                    "one: set TFCOORD_TLS_CERT and TFCOORD_TLS_KEY to a certificate that CA signed"
+                ) from None
+            raise
+        except RemoteProtocolError as e:
+            raise RemoteProtocolError(
+                f"{self.address} answered with something that is not a tfcoord challenge ({e}); "
+                "is it a tfcoord coordinator, and do both sides agree on TLS?"
+            ) from None
+        if isinstance(first, m.Error) and first.id is None:  # e.g. too_many_connections: back off
+            raise ConnectionClosed(f"coordinator refused the connection: {first.code}: {first.message}")
+        sock.settimeout(HANDSHAKE_TIMEOUT_S)
+        return first
+
+    def local_host(self) -> str:
+        """The local address of our connection: an address the coordinator's side can route to."""
+        sock = self._sock
+        if sock is None:
+            raise ConnectionClosed("not connected")
+        return sock.getsockname()[0]
+
+    def close(self) -> None:
+        """Close the connection; pending requests fail with ConnectionClosed."""
+        self._closed.set()
+        with self._lock:
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout=5)
+        self._fail_pending(ConnectionClosed("client closed"))
+
+    def __enter__(self) -> Client:
+        if self._sock is None:
+            self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _fail_pending(self, error: BaseException) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if not p.future.done():
+                p.future.set_exception(error)
+
+    def _read_loop(self) -> None:
+        conn = Connection()
+        while not self._closed.is_set():
+            sock = self._sock
+            try:
+                if sock is None:
+                    raise ConnectionClosed("not connected")
+                data = sock.recv(256 * 1024)
+                conn.receive_data(data)
+                while True:
+                    msg = conn.next_event()
+                    if msg is NEED_DATA:
+                        break
+                    if msg is CLOSED:
+                        raise ConnectionClosed("coordinator closed the connection")
+                    self._deliver(msg)  # type: ignore[arg-type]
+            except _Refused as e:
+                # The coordinator closed us on purpose (protocol error, limit): resending
+                # the same requests would be refused the same way, so fail them instead.
+                log.error("%s", e)
+                self._closed.set()
+                self._fail_pending(ConnectionClosed(str(e)))
+                return
+            except (OSError, ProtocolError) as e:
+                if self._closed.is_set():
+                    return
+                level = logging.INFO if isinstance(e, _ClosedIdle) else logging.WARNING
+                log.log(level, "connection to coordinator %s lost (%s); reconnecting", self.address, e)
+                conn = Connection()
+                if not self._reconnect(e):
+                    return
+            except Exception as e:  # a bug: fail every caller now rather than leave them hanging
+                log.exception("the reader of the connection to %s failed", self.address)
+                self._closed.set()
+                self._fail_pending(ConnectionClosed(f"the client's reader failed: {e!r}"))
+                return
+
+    def _reconnect(self, cause: BaseException) -> bool:
+        old = self._sock
+        if old is not None:
+            old.close()
+        try:
+            sock = self._dial(self._reconnect_deadline_s)
+        except Exception as e:
+            if not isinstance(e, (ConnectionClosed, AuthenticationFailed)):
+                e = ConnectionClosed(f"lost the coordinator at {self.address}: {e}")
+            e.__cause__ = e.__cause__ or cause
+            self._closed.set()
+            self._fail_pending(e)
+            return False
+        now = time.monotonic()
+        with self._lock:
+            self._sock = sock
+            self.reconnects += 1
+            try:
+                for p in self._pending.values():  # every request is idempotent: send it again
+                    msg = p.msg
+                    if hasattr(msg, "timeout_s"):
+                        # What is left of the wait the server was asked for: the caller's
+                        # deadline also holds REPLY_SLACK_S for the reply's trip, and the
+                        # field refuses more than the first request asked (MAX_TIMEOUT_S).
+                        left = p.deadline - REPLY_SLACK_S - now
+                        msg = dataclasses.replace(msg, timeout_s=min(msg.timeout_s, max(0.0, left)))  # type: ignore[arg-type]
+                    sock.sendall(Connection().send(msg))
+            except OSError as e:  # lost again at once: the reader sees it and reconnects again
+                log.info("resending to %s failed (%s)", self.address, e)
+        return True
+
+    def _deliver(self, msg: m.Message) -> None:
+        if isinstance(msg, m.Error) and msg.id is None:
+            if msg.code in _TRANSIENT_CLOSES:
+                raise _ClosedIdle(f"coordinator closed the connection: {msg.code}: {msg.message}")
+            raise _Refused(f"coordinator closed the connection: {msg.code}: {msg.message}")
+        rid = getattr(msg, "id", None)
+        with self._lock:
+            p = self._pending.pop(rid, None) if isinstance(rid, int) else None
+        if p is None:
+            log.debug("reply to unknown request %s dropped", rid)
+            return
+        if isinstance(msg, m.Error):
+            p.future.set_exception(RequestRejected(msg.code, msg.message))
+        else:
+            p.future.set_result(msg)
+
+    # -- requests -----------------------------------------------------------------------
+
+    def request(
+        self, build: Callable[[int], m.Request], timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    ) -> m.Message:
+        """Send the request ``build(id)`` and block for its reply.
+
+        Raises:
+            RequestRejected: the coordinator answered with an error.
+            DeadlineExceeded: no reply within ``timeout_s``.
+            ConnectionClosed: the connection is gone and could not be re-established.
+        """
+        if self._closed.is_set() or self._sock is None:
+            raise ConnectionClosed("the client is not connected; call connect() first")
+        future: Future = Future()
+        with self._lock:
+            rid = self._next_id
+            self._next_id = rid + 1 if rid < m.MAX_REQUEST_ID else 1
+            msg = build(rid)
+            self._pending[rid] = _Pending(msg, future, time.monotonic() + timeout_s)
+            data = Connection().send(msg)
+            sock = self._sock
+            try:
+                if sock is not None:
+                    sock.sendall(data)
+            except OSError:
+                pass  # the reader notices, reconnects and resends everything pending
+        try:
+            return future.result(timeout=timeout_s)
+        except FutureTimeout:
+            with self._lock:
+                self._pending.pop(rid, None)
+            raise DeadlineExceeded(
+                f"no answer to {msg.op} from {self.address} within {timeout_s:g} s"
+            ) from None
+
+
+def _recv_one(sock: socket.socket, conn: Connection) -> m.Message:
+    while True:
+        msg = conn.next_event()
+        if msg is CLOSED:
+            raise ConnectionClosed("coordinator closed the connection during the handshake")
+        if msg is not NEED_DATA:
+            return msg  # type: ignore[return-value]
+        conn.receive_data(sock.recv(65536))
+
+
+# -- drivers ------------------------------------------------------------------------------
+
+
+class DriverClient(Client):
+    """Submits jobs and awaits them. Authenticates with the coordinator secret."""
+
+    def __init__(self, address: str, secret: bytes, **kw: Any) -> None:
+        super().__init__(address, secret, role=kw.pop("role", "driver"), **kw)
+        self.secret = secret
+
+    def job_token(self, job: str) -> bytes:
+        """The token nodes of ``job`` authenticate with."""
+        return auth.job_token(self.secret, job)
+
+    def submit(self, spec: m.JobSpec, job: str | None = None) -> str:
+        """Submit a job; returns its id. Resubmitting the same id and spec is harmless."""
+        job = job or new_job_id(spec.name)
+        self.request(lambda i: m.Submit(id=i, job=job, spec=spec))
+        return job
+
+    def status(self, job: str | None = None) -> dict[str, Any]:
+        """One job's full status, or ``{"jobs": [...]}`` for every job."""
+        reply = self.request(lambda i: m.Status(id=i, job=job))
+        return dict(reply.result)  # type: ignore[attr-defined]
+
+    def watch(self, job: str, version: int, timeout_s: float, *, brief: bool = False) -> dict[str, Any]:
+        """Block until the job changes past ``version`` (or the timeout); returns its status.
+
+        With ``brief``, its summary: no nodes, history or timeline, ``running`` and
+        ``missing_count`` as numbers, the first missing slots only (progress lines need no
+        more, and a 10,000-node job's full status is megabytes).
+        """
+        reply = self.request(
+            lambda i: m.WatchJob(id=i, job=job, version=version, timeout_s=timeout_s, brief=brief),
+            timeout_s + REPLY_SLACK_S,
+        )
+        return dict(reply.result)  # type: ignore[attr-defined]
+
+    def await_job(
+        self, job: str, timeout_s: float = m.MAX_TIMEOUT_S, *, raise_on_failure: bool = True
+    ) -> dict[str, Any]:
+        """Block until the job ends; returns its final status.
+
+        Raises:
+            JobFailed: the job FAILED; the message names the node and carries its error.
+            JobStopped: the job was STOPPED (only with ``raise_on_failure``).
+            DeadlineExceeded: still running at the deadline.
+        """
+        try:
+            reply = self.request(
+                lambda i: m.AwaitJob(id=i, job=job, timeout_s=timeout_s), timeout_s + REPLY_SLACK_S
+            )
+        except RequestRejected as e:
+            if e.code == "timeout":
+                raise DeadlineExceeded(e.message) from None
+            raise
+        status = dict(reply.result)  # type: ignore[attr-defined]
+        if raise_on_failure:
+            check_outcome(status)
+        return status
+
+    def stop(self, job: str, reason: str = "stop requested", *, dry_run: bool = False) -> dict[str, Any]:
+        """Ask every node of a job to stop; the job ends STOPPED once they acknowledge."""
+        reply = self.request(lambda i: m.StopJob(id=i, job=job, reason=reason, dry_run=dry_run))
+        return dict(reply.result)  # type: ignore[attr-defined]
+
+
+def check_outcome(status: Mapping[str, Any]) -> None:
+    """Raise JobFailed / JobStopped for a terminal status that is not SUCCEEDED."""
+    if status["state"] == "FAILED":
+        raise JobFailed(status["job"], f"job {status['job']} failed: {status['error']}", dict(status))
+    if status["state"] == "STOPPED":
+        raise JobStopped(
+            status["job"], f"job {status['job']} was stopped: {status['stop_reason']}", dict(status)
+        )
+
+
+def new_job_id(name: str = "") -> str:
+    import uuid
+
+    base = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40].strip("-_.") or "job"
+    return f"{base}-{uuid.uuid4().hex[:10]}"
+
+
+# -- nodes --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What a node learns once its cluster is complete."""
+
+    job: str
+    executor_id: int
+    role: str
+    index: int
+    #: role → ["host:port", ...] ordered by task index.
+    cluster: dict[str, list[str]]
+
+    @property
+    def tf_config(self) -> dict[str, Any]:
+        """The TF_CONFIG TensorFlow reads: always set, with task type and index."""
+        return {"cluster": self.cluster, "task": {"type": self.role, "index": self.index}}
+
+    def tf_config_json(self) -> str:
+        return json.dumps(self.tf_config, separators=(",", ":"))
+
+    @property
+    def num_workers(self) -> int:
+        """Training tasks: chief/master plus workers (TensorFlowOnSpark's num_workers)."""
+        return sum(len(self.cluster.get(r, ())) for r in ("chief", "master", "worker"))
+
+    @property
+    def address(self) -> str:
+        return self.cluster[self.role][self.index]
+
+
+class NodeClient(Client):
+    """One node of one job. Authenticates with the job token.
+
+    Args:
+        executor_id: the node's slot (TensorFlowOnSpark's executor id / worker_num).
+        attempt: a higher attempt of the same slot supersedes a lower one while reserving.
+    """
+
+    def __init__(
+        self, address: str, token: bytes, job: str, executor_id: int, attempt: int = 0, **kw: Any
+    ) -> None:
+        super().__init__(address, token, role="node", job=job, **kw)
+        self.executor_id = executor_id
+        self.attempt = attempt
+        self.stop_event = threading.Event()
+        self.stop_reason = ""
+        self.heartbeat_error: BaseException | None = None
+        self._hb_thread: threading.Thread | None = None
+        self._hb_stop = threading.Event()
+
+    def _ids(self) -> dict[str, Any]:
+        return {"job": self.job, "executor_id": self.executor_id, "attempt": self.attempt}
+
+    def register(
+        self,
+        host: str,
+        port: int,
+        *,
+        gpus: Sequence[str] = (),
+        task_id: str = "",
+        meta: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Claim this node's slot; returns ``{"role", "index", "size", ...}``."""
+        reply = self.request(lambda i: m.Register(
+            id=i, host=host, port=port, gpus=tuple(gpus), task_id=task_id, meta=dict(meta or {}), **self._ids()))  # fmt: skip
+        return dict(reply.result)  # type: ignore[attr-defined]
+
+    def await_cluster(self, timeout_s: float = 600.0) -> ClusterInfo:
+        """Block until every node of the job has registered; returns the cluster.
+
+        Raises:
+            DeadlineExceeded: not complete in time; the message names who is missing.
+            RequestRejected: the job failed or was stopped meanwhile.
+        """
+        try:
+            reply = self.request(lambda i: m.AwaitCluster(id=i, timeout_s=timeout_s, **self._ids()),
+                                 timeout_s + REPLY_SLACK_S)  # fmt: skip
+        except RequestRejected as e:
+            if e.code == "timeout":
+                raise DeadlineExceeded(e.message) from None
+            raise
+        assert isinstance(reply, m.ClusterReply)
+        cluster = decode_spec(reply.spec)
+        return ClusterInfo(self.job or "", self.executor_id, reply.role, reply.index, cluster)
+
+    def report(self, state: str, error: str = "", meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Report ``running``, ``succeeded``, ``failed`` (with error text) or ``stopped``."""
+        if len(error) > m.MAX_ERROR_LEN:  # keep the tail: the end of a traceback says what broke
+            error = "...\n" + error[-(m.MAX_ERROR_LEN - 4) :]
+        reply = self.request(
+            lambda i: m.Report(id=i, state=state, error=error, meta=dict(meta or {}), **self._ids())
+        )
+        return dict(reply.result)  # type: ignore[attr-defined]
+
+    def heartbeat(self, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """One heartbeat (optionally updating the node's metadata); says whether to stop."""
+        reply = self.request(lambda i: m.Heartbeat(id=i, meta=dict(meta or {}), **self._ids()))
+        result = dict(reply.result)  # type: ignore[attr-defined]
+        if result.get("stop"):
+            self._stop(result.get("reason", ""))
+        return result
+
+    def await_stop(self, timeout_s: float = m.MAX_TIMEOUT_S) -> bool:
+        """Block until this node must stop (True) or the timeout passes (False)."""
+        reply = self.request(
+            lambda i: m.AwaitStop(id=i, timeout_s=timeout_s, **self._ids()), timeout_s + REPLY_SLACK_S
+        )
+        result = dict(reply.result)  # type: ignore[attr-defined]
+        if result.get("stop"):
+            self._stop(result.get("reason", ""))
+        return bool(result.get("stop"))
+
+    def should_stop(self) -> bool:
+        """Whether the coordinator has told this node to stop (no round trip)."""
+        return self.stop_event.is_set()
+
+    def _stop(self, reason: str) -> None:
+        if not self.stop_event.is_set():
+            self.stop_reason = reason
+            self.stop_event.set()
+
+    def start_heartbeats(self, interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
+                         on_stop: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        """Heartbeat in a background thread; ``on_stop(reason)`` runs once when told to stop.
+
+        A parallel ``await_stop`` wait delivers a stop the moment it is requested; the
+        heartbeats prove liveness and are the fallback.
+        """
+
+        def beat() -> None:
+            while not self._hb_stop.is_set() and not self._closed.is_set():
+                try:
+                    self.heartbeat()
+                except Exception as e:  # reconnect already happened inside; record and go on
+                    self.heartbeat_error = e
+                    if isinstance(e, (ConnectionClosed, AuthenticationFailed)):
+                        return
+                self._hb_stop.wait(interval_s)
+
+        def watch_stop() -> None:
+            while not self._hb_stop.is_set() and not self._closed.is_set():
+                try:
+                    if self.await_stop(timeout_s=3600.0):
+                        break
+                except Exception:
+                    if self._closed.is_set():
+                        return
+                    self._hb_stop.wait(interval_s)
+            if on_stop is not None and self.stop_event.is_set():
+                on_stop(self.stop_reason)
+
+        self._hb_thread = threading.Thread(target=beat, name="tfcoord-heartbeat", daemon=True)
+        self._hb_thread.start()
+        threading.Thread(target=watch_stop, name="tfcoord-stop-watch", daemon=True).start()
+
+    def close(self) -> None:
+        self._hb_stop.set()
+        super().close()

@@ -1,0 +1,73 @@
+"""Errors raised by tfcoord clients and the protocol layer.
+
+Few and typed, each saying which side failed (h11's LocalProtocolError vs
+RemoteProtocolError, dask's CommClosedError). Errors cross the wire as a code
+and a message (:class:`RequestRejected`), never as pickled exceptions.
+"""
+
+from __future__ import annotations
+
+
+class TfcoordError(Exception):
+    """Base class of every error tfcoord raises on purpose."""
+
+
+class ProtocolError(TfcoordError):
+    """A frame or message broke the wire protocol."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We were about to send something the protocol forbids (a bug on our side)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something the protocol forbids: bad frame, wrong type, unknown op."""
+
+
+class ConnectionClosed(TfcoordError, OSError):
+    """The connection ended before the exchange finished.
+
+    Also an ``OSError`` so code that handles socket failures handles this too.
+    """
+
+
+class AuthenticationFailed(TfcoordError):
+    """The handshake was refused: wrong secret, wrong job token, version mismatch."""
+
+
+class TlsError(TfcoordError):
+    """TLS could not be set up: an unusable certificate or key file, or the two sides
+    disagree (one speaks TLS and the other does not, a certificate is not trusted, a
+    client certificate is missing). A configuration problem: clients do not retry it.
+    """
+
+
+class RequestRejected(TfcoordError):
+    """The coordinator refused a request; ``code`` is stable, ``message`` is for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class DeadlineExceeded(TfcoordError, TimeoutError):
+    """A wait passed its deadline; the message says what was being waited for."""
+
+
+class JobFailed(TfcoordError):
+    """A job ended FAILED; the message names the node, its role, host and error text."""
+
+    def __init__(self, job: str, message: str, status: dict | None = None) -> None:
+        super().__init__(message)
+        self.job = job
+        self.status = status or {}
+
+
+class JobStopped(TfcoordError):
+    """A job ended STOPPED (a stop was requested) while the caller waited for success."""
+
+    def __init__(self, job: str, message: str, status: dict | None = None) -> None:
+        super().__init__(message)
+        self.job = job
+        self.status = status or {}

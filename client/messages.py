@@ -1,0 +1,605 @@
+"""Protocol messages: one small frozen dataclass per op, validated when built.
+
+On the wire every message is a msgpack map with an ``op`` key naming its class
+(see ``OPS``). ``decode`` turns a map from the peer into a message, raising
+:class:`RemoteProtocolError` for an unknown op, a missing or unexpected key, or a
+field of the wrong type or size; building a bad message locally raises
+:class:`LocalProtocolError`. Nothing here touches sockets, clocks or logs.
+
+Requests carry an ``id`` chosen by the client; the coordinator answers each with a
+:class:`Reply` (or :class:`ClusterReply` for ``await_cluster``) or an
+:class:`Error` carrying the same id. Waits (``await_*``, ``watch_job``) stay
+pending on the server until their condition holds or their ``timeout_s`` passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+
+#: Bumped on any incompatible change; the handshake refuses a mismatch.
+PROTOCOL_VERSION = 1
+
+# Limits on individual fields. Each bounds what one peer can make the other store.
+#: Job ids appear in logs, URLs and SQL rows; 128 characters is plenty for a UUID plus a name.
+MAX_ID_LEN = 128
+#: Hosts are DNS names or IP literals (RFC 1035 caps names at 253 octets).
+MAX_HOST_LEN = 255
+#: Tracebacks are kept for the driver and dashboard; the tail is what matters, 64 KiB of it.
+MAX_ERROR_LEN = 64 * 1024
+#: Short free-text fields: reasons, names, task ids, metadata values.
+MAX_TEXT_LEN = 1024
+#: A TensorFlow cluster is bounded by what one coordinator can hand a spec to (see DESIGN.md).
+MAX_NODES_PER_JOB = 100_000
+#: GPUs a single node may claim (a DGX has 8-16; leave room).
+MAX_GPUS_PER_NODE = 64
+#: Metadata entries per node (TensorBoard URL, pid, Spark task attempt, ...).
+MAX_META_ENTRIES = 32
+#: No single wait may outlive a week; longer is a bug in the caller, not a plan.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+#: Request ids are unsigned 32-bit so they fit msgpack's compact int forms.
+MAX_REQUEST_ID = 2**32 - 1
+
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+#: Roles in TensorFlowOnSpark's assignment order: ps, then chief/master, evaluator, workers.
+ROLE_ORDER = ("ps", "chief", "master", "evaluator", "worker")
+#: Roles of which a cluster holds at most one task.
+SINGLETON_ROLES = frozenset({"chief", "master", "evaluator"})
+CLIENT_ROLES = ("node", "driver", "admin")
+NODE_REPORT_STATES = ("running", "succeeded", "failed", "stopped")
+
+
+# -- field checks ------------------------------------------------------------------------
+# Each returns None or raises ValueError with a message naming what is wrong.
+
+
+def _text(max_len: int, *, empty: bool = True) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if not isinstance(v, str):
+            raise ValueError(f"must be a string, not {type(v).__name__}")
+        if len(v) > max_len:
+            raise ValueError(f"is {len(v)} characters long; the limit is {max_len}")
+        if not empty and not v:
+            raise ValueError("must not be empty")
+
+    return check
+
+
+def _ident(v: Any) -> None:
+    _text(MAX_ID_LEN, empty=False)(v)
+    if not ID_RE.fullmatch(v):
+        raise ValueError(f"{v!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit")
+
+
+def _host(v: Any) -> None:
+    """A host name or address as it goes into the cluster spec (``host:port``)."""
+    _text(MAX_HOST_LEN, empty=False)(v)
+    if any(c.isspace() or not c.isprintable() or c in "/[]@" for c in v):
+        raise ValueError(
+            f"{v!r} is not a host name or address (no spaces, control characters, '/', '[', ']' or '@')"
+        )
+
+
+def _opt_ident(v: Any) -> None:
+    if v is not None:
+        _ident(v)
+
+
+def _int(lo: int, hi: int) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"must be an integer, not {type(v).__name__}")
+        if not lo <= v <= hi:
+            raise ValueError(f"is {v}; it must be between {lo} and {hi}")
+
+    return check
+
+
+def _seconds(lo: float = 0.0, hi: float = MAX_TIMEOUT_S) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise ValueError(f"must be a number of seconds, not {type(v).__name__}")
+        if not (isinstance(v, int) or math.isfinite(v)) or not lo <= v <= hi:
+            raise ValueError(f"is {v}; it must be between {lo} and {hi} seconds")
+
+    return check
+
+
+def _bytes(exact: int) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if not isinstance(v, bytes) or len(v) != exact:
+            raise ValueError(f"must be {exact} bytes")
+
+    return check
+
+
+def _blob(v: Any) -> None:
+    if not isinstance(v, bytes):
+        raise ValueError("must be bytes")
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if v not in options:
+            raise ValueError(f"is {v!r}; expected one of {', '.join(options)}")
+
+    return check
+
+
+def _bool(v: Any) -> None:
+    if not isinstance(v, bool):
+        raise ValueError(f"must be true or false, not {type(v).__name__}")
+
+
+def _gpus(v: Any) -> None:
+    if not isinstance(v, tuple) or len(v) > MAX_GPUS_PER_NODE:
+        raise ValueError(f"must be a list of at most {MAX_GPUS_PER_NODE} GPU ids")
+    for g in v:
+        _text(MAX_TEXT_LEN, empty=False)(g)
+
+
+def _meta(v: Any) -> None:
+    if not isinstance(v, Mapping) or len(v) > MAX_META_ENTRIES:
+        raise ValueError(f"must be a map of at most {MAX_META_ENTRIES} entries")
+    for k, x in v.items():
+        _text(64, empty=False)(k)
+        if isinstance(x, bool) or not isinstance(x, (str, int, float)) or x is None:
+            raise ValueError(f"entry {k!r} must be a string or a number")
+        if isinstance(x, str):
+            _text(MAX_TEXT_LEN)(x)
+
+
+def _any_map(v: Any) -> None:
+    if not isinstance(v, Mapping):
+        raise ValueError(f"must be a map, not {type(v).__name__}")
+
+
+def _f(check: Callable[[Any], None], **kw: Any) -> Any:
+    return field(metadata={"check": check}, **kw)
+
+
+# -- the job spec -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a driver submits: the cluster template and the job's timing policy.
+
+    ``roles`` pairs each role with its task count, in assignment order (see
+    :data:`ROLE_ORDER`); node ``executor_id`` *i* takes the *i*-th slot of that
+    template, exactly as TensorFlowOnSpark assigns executors.
+    """
+
+    roles: tuple[tuple[str, int], ...]
+    #: From submission until every slot has registered (TensorFlowOnSpark's reservation_timeout).
+    reservation_timeout_s: float = 600.0
+    #: A connected node silent for this long is LOST.
+    heartbeat_timeout_s: float = 30.0
+    #: A node whose connection dropped and did not come back within this is LOST.
+    reconnect_grace_s: float = 3.0
+    #: Roles whose failure or loss does not fail the job (e.g. "evaluator").
+    tolerate_failure: tuple[str, ...] = ()
+    name: str = ""
+    #: Who launches the nodes: local, spark, mesos or external. Shown to people only.
+    engine: str = "external"
+    #: Free-form labels shown in status (Spark application id, user, ...).
+    labels: Mapping[str, str | int | float] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        try:
+            self._validate()
+        except ValueError as e:
+            raise LocalProtocolError(f"invalid job spec: {e}") from None
+
+    def _validate(self) -> None:
+        if not isinstance(self.roles, tuple) or not self.roles:
+            raise ValueError("roles must name at least one role with a count")
+        seen: set[str] = set()
+        total = 0
+        for item in self.roles:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise ValueError("each role must be a [name, count] pair")
+            role, count = item
+            if role not in ROLE_ORDER:
+                raise ValueError(f"unknown role {role!r}; roles are {', '.join(ROLE_ORDER)}")
+            if role in seen:
+                raise ValueError(f"role {role!r} is listed twice")
+            seen.add(role)
+            try:
+                _int(0, MAX_NODES_PER_JOB)(count)
+            except ValueError as e:
+                raise ValueError(f"the count of role {role!r} {e}") from None
+            if role in SINGLETON_ROLES and count > 1:
+                raise ValueError(f"a cluster has at most one {role}, not {count}")
+            total += count
+        if "chief" in seen and "master" in seen:
+            raise ValueError("use either chief or master, not both")
+        if total == 0:
+            raise ValueError("the cluster has no tasks; give at least one role a count above 0")
+        if total > MAX_NODES_PER_JOB:
+            raise ValueError(f"{total} tasks is over the limit of {MAX_NODES_PER_JOB}")
+        order = [ROLE_ORDER.index(r) for r, _ in self.roles]
+        if order != sorted(order):
+            raise ValueError(f"roles must be listed in the order {', '.join(ROLE_ORDER)}")
+        for name, check in (
+            ("reservation_timeout_s", _seconds(0.001)),
+            ("heartbeat_timeout_s", _seconds(0.001)),
+            ("reconnect_grace_s", _seconds(0.0)),
+            ("name", _text(MAX_TEXT_LEN)),
+            ("engine", _text(32)),
+            ("labels", _meta),
+        ):
+            try:
+                check(getattr(self, name))
+            except ValueError as e:
+                raise ValueError(f"{name} {e}") from None
+        for r in self.tolerate_failure:
+            if r not in ROLE_ORDER:
+                raise ValueError(f"tolerate_failure names unknown role {r!r}")
+
+    @property
+    def size(self) -> int:
+        return sum(c for _, c in self.roles)
+
+    def slots(self) -> list[tuple[str, int]]:
+        """(role, task index) for each executor id, in executor id order."""
+        return [(role, i) for role, count in self.roles for i in range(count)]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "roles": [[r, c] for r, c in self.roles],
+            "reservation_timeout_s": self.reservation_timeout_s,
+            "heartbeat_timeout_s": self.heartbeat_timeout_s,
+            "reconnect_grace_s": self.reconnect_grace_s,
+            "tolerate_failure": list(self.tolerate_failure),
+            "name": self.name,
+            "engine": self.engine,
+            "labels": dict(self.labels),
+        }
+
+    @classmethod
+    def from_wire(cls, m: Any) -> JobSpec:
+        if not isinstance(m, Mapping):
+            raise LocalProtocolError("invalid job spec: must be a map")
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = set(m) - known
+        if extra:
+            raise LocalProtocolError(f"invalid job spec: unexpected keys {sorted(map(str, extra))}")
+        kw = dict(m)
+        if "roles" in kw:
+            if not isinstance(kw["roles"], (list, tuple)):
+                raise LocalProtocolError("invalid job spec: roles must be a list of [name, count] pairs")
+            kw["roles"] = tuple(tuple(x) if isinstance(x, (list, tuple)) else x for x in kw["roles"])
+        if "tolerate_failure" in kw:
+            if not isinstance(kw["tolerate_failure"], (list, tuple)):
+                raise LocalProtocolError("invalid job spec: tolerate_failure must be a list of roles")
+            kw["tolerate_failure"] = tuple(kw["tolerate_failure"])
+        try:
+            return cls(**kw)
+        except TypeError as e:
+            raise LocalProtocolError(f"invalid job spec: {e}") from None
+
+
+def make_roles(
+    num_workers: int, num_ps: int = 0, *, chief: str | None = None, evaluator: bool = False
+) -> tuple[tuple[str, int], ...]:
+    """The role template TensorFlowOnSpark builds: ps, chief/master, evaluator, workers."""
+    roles: list[tuple[str, int]] = []
+    if num_ps:
+        roles.append(("ps", num_ps))
+    if chief:
+        if chief not in ("chief", "master"):
+            raise ValueError(f"chief role must be 'chief' or 'master', not {chief!r}")
+        roles.append((chief, 1))
+    if evaluator:
+        roles.append(("evaluator", 1))
+    if num_workers:
+        roles.append(("worker", num_workers))
+    return tuple(roles)
+
+
+# -- messages -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    op: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for name, check in _checks(type(self)):
+            try:
+                check(getattr(self, name))
+            except ValueError as e:
+                raise LocalProtocolError(f"{self.op}.{name} {e}") from None
+
+    def to_wire(self) -> dict[str, Any]:
+        m: dict[str, Any] = {"op": self.op}
+        for name, _ in _checks(type(self), every=True):
+            v = getattr(self, name)
+            if isinstance(v, JobSpec):
+                v = v.to_wire()
+            elif isinstance(v, tuple):
+                v = list(v)
+            elif isinstance(v, Mapping):
+                v = dict(v)
+            m[name] = v
+        return m
+
+
+_CHECKS: dict[tuple[type, bool], list[tuple[str, Callable[[Any], None]]]] = {}
+
+
+def _checks(cls: type, every: bool = False) -> list[tuple[str, Callable[[Any], None]]]:
+    """(field name, check) per field of a message class, computed once per class.
+
+    ``dataclasses.fields`` is slow enough to show in a 10,000-node profile.
+    """
+    key = (cls, every)
+    found = _CHECKS.get(key)
+    if found is None:
+        fields = dataclasses.fields(cls)
+        found = [(f.name, f.metadata.get("check")) for f in fields if every or f.metadata.get("check")]
+        _CHECKS[key] = found  # type: ignore[assignment]
+    return found  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Request(Message):
+    id: int = _f(_int(0, MAX_REQUEST_ID))
+
+
+# Handshake.
+
+
+@dataclass(frozen=True)
+class Challenge(Message):
+    """Server → client, first frame on every connection."""
+
+    op: ClassVar[str] = "challenge"
+    version: int = _f(_int(0, 2**16))
+    nonce: bytes = _f(_bytes(32))
+
+
+@dataclass(frozen=True)
+class Hello(Message):
+    """Client → server: who I am and proof that I hold the key for it.
+
+    ``proof`` is HMAC-SHA256 over the server's nonce, keyed with the coordinator
+    secret (driver, admin) or the job's token (node). ``cnonce`` lets the client
+    check the server's proof in :class:`Welcome` in turn.
+    """
+
+    op: ClassVar[str] = "hello"
+    version: int = _f(_int(0, 2**16))
+    role: str = _f(_choice(CLIENT_ROLES))
+    job: str | None = _f(_opt_ident)
+    proof: bytes = _f(_bytes(32))
+    cnonce: bytes = _f(_bytes(32))
+
+
+@dataclass(frozen=True)
+class Welcome(Message):
+    op: ClassVar[str] = "welcome"
+    proof: bytes = _f(_bytes(32))
+
+
+# Driver requests.
+
+
+@dataclass(frozen=True)
+class Submit(Request):
+    op: ClassVar[str] = "submit"
+    job: str = _f(_ident)
+    spec: JobSpec
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, JobSpec):
+            raise LocalProtocolError("submit.spec must be a job spec")
+        super().__post_init__()
+
+
+@dataclass(frozen=True)
+class AwaitJob(Request):
+    """Answered with the status once the job reaches a terminal state, or a ``timeout`` error at the deadline."""
+
+    op: ClassVar[str] = "await_job"
+    job: str = _f(_ident)
+    timeout_s: float = _f(_seconds())
+
+
+@dataclass(frozen=True)
+class WatchJob(Request):
+    """Answered as soon as the job's version is above ``version`` (any change), or at the deadline.
+
+    With ``brief`` the answer is the job's summary (counts, the first missing slots) rather
+    than its full status: what progress lines need, at a size that does not grow with the job.
+    """
+
+    op: ClassVar[str] = "watch_job"
+    job: str = _f(_ident)
+    version: int = _f(_int(0, 2**62))
+    timeout_s: float = _f(_seconds())
+    brief: bool = _f(_bool, default=False)
+
+
+@dataclass(frozen=True)
+class StopJob(Request):
+    op: ClassVar[str] = "stop_job"
+    job: str = _f(_ident)
+    reason: str = _f(_text(MAX_TEXT_LEN))
+    dry_run: bool = _f(_bool, default=False)
+
+
+@dataclass(frozen=True)
+class Status(Request):
+    """One job's status, or a summary of every job when ``job`` is None."""
+
+    op: ClassVar[str] = "status"
+    job: str | None = _f(_opt_ident, default=None)
+
+
+# Node requests. A node acts only within the job its hello named.
+
+
+@dataclass(frozen=True)
+class Register(Request):
+    op: ClassVar[str] = "register"
+    job: str = _f(_ident)
+    executor_id: int = _f(_int(0, MAX_NODES_PER_JOB - 1))
+    #: Spark task attempt / Mesos relaunch count; a higher attempt supersedes a lower one.
+    attempt: int = _f(_int(0, 2**31))
+    #: The address other nodes dial: a name, an IPv4 address or a bare IPv6 one (the
+    #: cluster spec brackets it).
+    host: str = _f(_host)
+    port: int = _f(_int(1, 65535))
+    gpus: tuple[str, ...] = _f(_gpus, default=())
+    #: Engine-specific identity: Spark "stage.partition.attempt", a Mesos task id, a pid.
+    task_id: str = _f(_text(MAX_TEXT_LEN), default="")
+    meta: Mapping[str, str | int | float] = _f(_meta, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeRequest(Request):
+    job: str = _f(_ident)
+    executor_id: int = _f(_int(0, MAX_NODES_PER_JOB - 1))
+    attempt: int = _f(_int(0, 2**31))
+
+
+@dataclass(frozen=True)
+class AwaitCluster(NodeRequest):
+    """Answered with a :class:`ClusterReply` once every slot of the job has registered."""
+
+    op: ClassVar[str] = "await_cluster"
+    timeout_s: float = _f(_seconds(), default=600.0)
+
+
+@dataclass(frozen=True)
+class Report(NodeRequest):
+    op: ClassVar[str] = "report"
+    state: str = _f(_choice(NODE_REPORT_STATES), default="running")
+    error: str = _f(_text(MAX_ERROR_LEN), default="")
+    meta: Mapping[str, str | int | float] = _f(_meta, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Heartbeat(NodeRequest):
+    """Answered at once with ``{"stop": bool, "reason": str}``.
+
+    ``meta`` updates what the node shows about itself (its TensorBoard URL once
+    TensorBoard answers, progress figures); most heartbeats carry none.
+    """
+
+    op: ClassVar[str] = "heartbeat"
+    meta: Mapping[str, str | int | float] = _f(_meta, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AwaitStop(NodeRequest):
+    """Answered when this node must stop (stop requested, job failed or done), or at the deadline."""
+
+    op: ClassVar[str] = "await_stop"
+    timeout_s: float = _f(_seconds(), default=MAX_TIMEOUT_S)
+
+
+# Replies.
+
+
+@dataclass(frozen=True)
+class Reply(Message):
+    op: ClassVar[str] = "reply"
+    id: int = _f(_int(0, MAX_REQUEST_ID))
+    result: Mapping[str, Any] = _f(_any_map, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterReply(Message):
+    """The answer to ``await_cluster``.
+
+    ``spec`` holds the job's cluster spec (``protocol.encode_spec``: msgpack, then
+    zlib), encoded once per job: every node of the job receives the very same bytes.
+    """
+
+    op: ClassVar[str] = "cluster"
+    id: int = _f(_int(0, MAX_REQUEST_ID))
+    role: str = _f(_choice(ROLE_ORDER))
+    index: int = _f(_int(0, MAX_NODES_PER_JOB - 1))
+    spec: bytes = _f(_blob)
+
+
+@dataclass(frozen=True)
+class Error(Message):
+    """A refused request (``id`` set) or a connection-level error (``id`` None, then close)."""
+
+    op: ClassVar[str] = "error"
+    id: int | None = _f(lambda v: v is None or _int(0, MAX_REQUEST_ID)(v))
+    code: str = _f(_text(64, empty=False))
+    message: str = _f(_text(MAX_ERROR_LEN + MAX_TEXT_LEN))
+
+
+OPS: dict[str, type[Message]] = {
+    cls.op: cls
+    for cls in (
+        Challenge, Hello, Welcome,
+        Submit, AwaitJob, WatchJob, StopJob, Status,
+        Register, AwaitCluster, Report, Heartbeat, AwaitStop,
+        Reply, ClusterReply, Error,
+    )
+}  # fmt: skip
+
+#: Which requests each authenticated role may send.
+DRIVER_OPS = frozenset({Submit, AwaitJob, WatchJob, StopJob, Status})
+# A node may stop its own job (DataFeed.terminate() in a streaming job); the server
+# refuses any op of a node connection that names another job.
+NODE_OPS = frozenset({Register, AwaitCluster, Report, Heartbeat, AwaitStop, StopJob})
+ADMIN_OPS = frozenset({AwaitJob, WatchJob, StopJob, Status})  # read and stop, never submit
+ALLOWED_OPS = {"driver": DRIVER_OPS, "node": NODE_OPS, "admin": ADMIN_OPS}
+
+_FIELDS = {cls: {f.name: f for f in dataclasses.fields(cls)} for cls in OPS.values()}
+
+
+def decode(m: Any) -> Message:
+    """Build a message from a map received from the peer.
+
+    Raises:
+        RemoteProtocolError: unknown op, missing or unexpected keys, bad field values.
+    """
+    if not isinstance(m, dict):
+        raise RemoteProtocolError(f"a frame must hold a map, not {type(m).__name__}")
+    op = m.get("op")
+    cls = OPS.get(op) if isinstance(op, str) else None
+    if cls is None:
+        raise RemoteProtocolError(f"unknown op {op!r}")
+    fields = _FIELDS[cls]
+    kw: dict[str, Any] = {}
+    for k, v in m.items():
+        if k == "op":
+            continue
+        f = fields.get(k) if isinstance(k, str) else None
+        if f is None:
+            raise RemoteProtocolError(f"{op} has no field {k!r}")
+        if k == "spec" and cls is Submit:
+            try:
+                v = JobSpec.from_wire(v)
+            except ProtocolError as e:
+                raise RemoteProtocolError(str(e)) from None
+        elif k == "gpus" and isinstance(v, list):
+            v = tuple(v)
+        kw[k] = v
+    try:
+        return cls(**kw)
+    except LocalProtocolError as e:
+        raise RemoteProtocolError(str(e)) from None
+    except TypeError:
+        missing = [
+            n
+            for n, f in fields.items()
+            if n not in kw and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        raise RemoteProtocolError(f"{op} is missing {', '.join(missing) or 'fields'}") from None

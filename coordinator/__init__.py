@@ -1,0 +1,1 @@
+"""The tfcoord coordinator: pure state machine, asyncio server, journal, embedded mode."""

@@ -1,0 +1,387 @@
+"""The coordinator's HTTP side: a JSON API, Prometheus metrics and the dashboard page.
+
+It runs on its own port in the coordinator's event loop, beside the TCP server, and
+only *reads* the state (a snapshot per request, taken on the loop, so always
+consistent); nothing over HTTP changes a job. Operators use it to watch jobs they did
+not start, so it is authenticated with a bearer token of its own, separate from the
+coordinator secret: holding it lets you look, never act.
+
+Routes (``openapi.json`` beside this file describes them; a test keeps the two equal):
+
+- ``/healthz``: no authentication, for load balancers and systemd watchdogs.
+- ``/`` and ``/dashboard``: the dashboard page, static and holding no data or
+  credentials, so it needs no token to load; its own API calls send the token.
+- ``/v1/...`` (jobs, one job, its events, the OpenAPI document) and ``/metrics``:
+  ``Authorization: Bearer <token>``, compared in constant time.
+
+Every error is a small JSON object (``{"error": code, "message": text}``): unknown ids
+and paths are 404, malformed input 400, and anything unexpected is logged here and
+answered as a JSON 500 without a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import math
+import re
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+from tfcoord import __version__
+from tfcoord.client import auth
+from tfcoord.client import messages as m
+
+from . import state as s
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import CoordinatorMetrics
+from .server import CoordinatorServer
+
+log = logging.getLogger("tfcoord.coordinator.http")
+
+_HERE = Path(__file__).parent
+OPENAPI_PATH = _HERE / "openapi.json"
+DASHBOARD_PATH = _HERE / "dashboard.html"
+
+#: Routes anyone may fetch: a health probe, and a page that holds no data.
+PUBLIC_PATHS = frozenset({"/healthz", "/", "/dashboard"})
+#: A job's snapshot is rebuilt at most this often per job, however many dashboards poll
+#: it (a 10,000-node job's snapshot is megabytes of JSON, built on the coordinator's
+#: loop). Changes that bump the job's version show at once; only heartbeat times and
+#: connection flags can be this much behind.
+STATUS_CACHE_S = 1.0
+#: In-flight requests get this long to finish when the HTTP server stops; every
+#: handler answers from memory in milliseconds.
+SHUTDOWN_TIMEOUT_S = 5.0
+#: Requests here are GETs without a body; refuse anything bigger than a small form.
+MAX_REQUEST_BODY_BYTES = 64 * 1024
+
+_JOB_STATES = {st.value for st in s.JobState}
+
+SERVER_KEY = web.AppKey("server", CoordinatorServer)
+METRICS_KEY = web.AppKey("metrics", CoordinatorMetrics)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ApiError(Exception):
+    """A request the API refuses: an HTTP status, a stable code and a message for people."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+# -- responses ----------------------------------------------------------------------------
+
+
+def _finite(value: Any) -> Any:
+    """Replace NaN and infinities (possible in node metadata) by null: JSON has neither."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _dumps(body: Any) -> bytes:
+    try:
+        text = json.dumps(body, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(body), separators=(",", ":"), allow_nan=False)
+    return text.encode()
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=_dumps(body), status=status, content_type="application/json", headers=headers)
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return _json({"error": code, "message": message}, status, headers)
+
+
+# -- middlewares --------------------------------------------------------------------------
+
+#: Reasons for aiohttp's own HTTP exceptions (routing, methods, sizes), as stable codes.
+_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure becomes a JSON error; nothing ever answers with a traceback."""
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return _error(e.status, e.code, e.message)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = _HTTP_CODES.get(e.status, "http_error")
+        if e.status == 404:
+            message = f"no such path: {request.path} (the API is described at /v1/openapi.json)"
+        elif e.status == 405:
+            message = (
+                f"{request.method} is not allowed on {request.path}; use {e.headers.get('Allow', 'GET')}"
+            )
+        else:
+            message = e.reason
+        keep = {k: v for k, v in e.headers.items() if k in ("Allow", "WWW-Authenticate")}
+        return _error(e.status, code, message, keep)
+    except Exception:
+        log.exception("HTTP %s %s failed", request.method, request.path)
+        return _error(500, "internal_error", "the coordinator failed to answer this request; see its log")
+
+
+def _auth_middleware(token: bytes, metrics: CoordinatorMetrics) -> Any:
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        if resource is not None and resource.canonical in PUBLIC_PATHS:
+            return await handler(request)
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("utf-8", "replace"), token
+        ):
+            return await handler(request)
+        metrics.http_auth_failures += 1
+        why = "a wrong bearer token" if scheme.lower() == "bearer" else "no bearer token"
+        return _error(401, "unauthorized", f"this request carries {why}; send 'Authorization: Bearer "
+                      "<token>' with the token from the coordinator's --http-token-file",
+                      {"WWW-Authenticate": 'Bearer realm="tfcoord"'})  # fmt: skip
+
+    return check
+
+
+class _AccessLogger(AbstractAccessLogger):
+    """One DEBUG line per request, without the query string: a dashboard URL may carry
+    ``?token=`` once, and tokens do not belong in logs."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        self.logger.debug(
+            "%s %s %s -> %d in %.1f ms",
+            request.remote,
+            request.method,
+            request.path,
+            response.status,
+            time * 1e3,
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.DEBUG)
+
+
+# -- input --------------------------------------------------------------------------------
+
+
+def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
+    unknown = sorted(set(request.query) - allowed)
+    if unknown:
+        expect = ", ".join(sorted(allowed)) or "none"
+        raise ApiError(
+            400, "bad_request", f"unknown query parameter(s) {', '.join(unknown)}; expected: {expect}"
+        )
+    for key in request.query:
+        if len(request.query.getall(key)) > 1:
+            raise ApiError(400, "bad_request", f"query parameter {key} is given more than once")
+    return dict(request.query)
+
+
+def _job_id(request: web.Request) -> str:
+    job = request.match_info["job"]
+    if len(job) > m.MAX_ID_LEN or not m.ID_RE.fullmatch(job):
+        raise ApiError(400, "bad_request", f"{job[:m.MAX_ID_LEN]!r} is not a job id: job ids are letters, "
+                       f"digits, '.', '_' or '-', at most {m.MAX_ID_LEN} characters")  # fmt: skip
+    return job
+
+
+def _job(server: CoordinatorServer, job_id: str) -> s.Job:
+    job = server.state.jobs.get(job_id)
+    if job is None:
+        raise ApiError(404, "unknown_job", f"no job {job_id!r} on this coordinator; GET /v1/jobs lists them")
+    return job
+
+
+# -- handlers -----------------------------------------------------------------------------
+
+
+def _node_view(node: dict[str, Any]) -> dict[str, Any]:
+    """A node snapshot plus the fields the API names explicitly."""
+    url = node["meta"].get("tensorboard_url")
+    node["last_heartbeat"] = node["last_seen"]
+    node["tensorboard_url"] = url if isinstance(url, str) and url else None
+    return node
+
+
+class _Api:
+    """The handlers, over one server; every one runs on the server's loop."""
+
+    def __init__(self, server: CoordinatorServer, metrics: CoordinatorMetrics) -> None:
+        self.server = server
+        self.metrics = metrics
+        self._status_cache: dict[str, tuple[int, float, bytes]] = {}
+        self._openapi = OPENAPI_PATH.read_bytes()
+        self._dashboard = DASHBOARD_PATH.read_bytes()
+        self._dashboard_headers = _page_headers(self._dashboard.decode())
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return _json({"status": "ok", "jobs": len(self.server.state.jobs), "version": __version__})
+
+    async def dashboard(self, request: web.Request) -> web.Response:
+        return web.Response(body=self._dashboard, content_type="text/html", charset="utf-8",
+                            headers=self._dashboard_headers)  # fmt: skip
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        _query(request, frozenset())
+        return web.Response(body=self._openapi, content_type="application/json")
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        _query(request, frozenset())
+        resp = web.Response(body=self.metrics.exposition())
+        resp.headers["Content-Type"] = METRICS_CONTENT_TYPE
+        return resp
+
+    async def jobs(self, request: web.Request) -> web.Response:
+        q = _query(request, frozenset({"state"}))
+        wanted: set[str] | None = None
+        if "state" in q:
+            wanted = {v.strip().upper() for v in q["state"].split(",") if v.strip()}
+            bad = sorted(wanted - _JOB_STATES)
+            if bad or not wanted:
+                raise ApiError(400, "bad_request", f"unknown job state(s) {', '.join(bad) or '(empty)'}; "
+                               f"expected one or more of {', '.join(st.value for st in s.JobState)}")  # fmt: skip
+        jobs = self.server.state.summary()
+        if wanted is not None:
+            jobs = [j for j in jobs if j["state"] in wanted]
+        return _json({"jobs": jobs})
+
+    async def job(self, request: web.Request) -> web.Response:
+        _query(request, frozenset())
+        job = _job(self.server, _job_id(request))
+        now = time.monotonic()
+        cached = self._status_cache.get(job.id)
+        if cached is not None and cached[0] == job.version and now - cached[1] < STATUS_CACHE_S:
+            body = cached[2]
+        else:
+            status = self.server.state.status(job.id)
+            for key in ("nodes", "history"):
+                status[key] = [_node_view(n) for n in status[key]]
+            status["events"] = [{"time": t, "text": text} for t, text in status["events"]]
+            body = _dumps(status)
+            # Expired entries are of no use (and may be of forgotten jobs): keep only fresh ones,
+            # so the cache holds what was asked for in the last second, not every job ever seen.
+            self._status_cache = {k: v for k, v in self._status_cache.items() if now - v[1] < STATUS_CACHE_S}
+            self._status_cache[job.id] = (job.version, now, body)
+        return web.Response(body=body, content_type="application/json")
+
+    async def events(self, request: web.Request) -> web.Response:
+        q = _query(request, frozenset({"since"}))
+        job_id = _job_id(request)
+        since = 0
+        if "since" in q:  # malformed input is a 400 whether or not the job exists
+            if not q["since"].isdigit() or len(q["since"]) > 12:
+                raise ApiError(
+                    400, "bad_request", f"since must be a non-negative event number, not {q['since'][:40]!r}"
+                )
+            since = int(q["since"])
+        job = _job(self.server, job_id)
+        events = [
+            {"seq": i, "time": t, "text": text} for i, (t, text) in enumerate(job.events[since:], since)
+        ]
+        return _json({"job": job.id, "state": job.state.value, "events": events, "next": len(job.events)})
+
+
+def _csp_hashes(html: str, tag: str) -> str:
+    bodies = re.findall(rf"<{tag}>(.*?)</{tag}>", html, flags=re.S)
+    return " ".join(
+        f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'" for b in bodies
+    )
+
+
+def _page_headers(html: str) -> dict[str, str]:
+    """Lock the page to its own inline code and its own API; leak nothing in Referer."""
+    csp = (
+        "default-src 'none'; "
+        f"script-src {_csp_hashes(html, 'script')}; style-src {_csp_hashes(html, 'style')}; "
+        "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    )
+    return {
+        "Content-Security-Policy": csp,
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-store",
+    }
+
+
+# -- the application ----------------------------------------------------------------------
+
+
+def make_app(server: CoordinatorServer, token: bytes) -> web.Application:
+    """The aiohttp application over ``server``; its metrics attach on startup.
+
+    Raises:
+        ValueError: the token is shorter than :data:`tfcoord.client.auth.MIN_SECRET_BYTES`.
+    """
+    if len(token) < auth.MIN_SECRET_BYTES:
+        raise ValueError(f"the HTTP bearer token must be at least {auth.MIN_SECRET_BYTES} bytes")
+    metrics = CoordinatorMetrics(server)
+    api = _Api(server, metrics)
+    app = web.Application(
+        middlewares=[_errors, _auth_middleware(token, metrics)], client_max_size=MAX_REQUEST_BODY_BYTES
+    )
+    app[SERVER_KEY] = server
+    app[METRICS_KEY] = metrics
+    app.router.add_get("/healthz", api.healthz)
+    app.router.add_get("/", api.dashboard)
+    app.router.add_get("/dashboard", api.dashboard)
+    app.router.add_get("/metrics", api.metrics_text)
+    app.router.add_get("/v1/openapi.json", api.openapi)
+    app.router.add_get("/v1/jobs", api.jobs)
+    app.router.add_get("/v1/jobs/{job}", api.job)
+    app.router.add_get("/v1/jobs/{job}/events", api.events)
+
+    async def attach(app: web.Application) -> None:
+        metrics.attach()
+
+    async def detach(app: web.Application) -> None:
+        metrics.detach()
+
+    app.on_startup.append(attach)
+    app.on_cleanup.append(detach)
+    return app
+
+
+async def start_http(
+    server: CoordinatorServer, host: str, port: int, token: bytes, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    """Serve the HTTP API for ``server`` on the running loop; returns the runner and bound port.
+
+    Port 0 picks a free port. Stop it with ``await runner.cleanup()`` before closing the server.
+    """
+    runner = web.AppRunner(
+        make_app(server, token), access_log_class=_AccessLogger, shutdown_timeout=SHUTDOWN_TIMEOUT_S
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0][1]
+    log.info("HTTP API and dashboard on %s://%s:%d/", "https" if ssl_context else "http", host, bound)
+    return runner, bound

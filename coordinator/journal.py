@@ -1,0 +1,260 @@
+"""The journal: every state-changing event, committed before the reply that depends on it.
+
+The coordinator's state is rebuilt by replaying these events through the pure state
+machine (see ``state.py``), so the journal stores events, not snapshots. SQLite in
+WAL mode: one file under ``--state-dir``, atomic commits, safe against ``kill -9``.
+An embedded coordinator lives only as long as its driver, so it journals nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from tfcoord.client import messages as m
+from tfcoord.client.protocol import pack, unpack
+
+from . import state as s
+
+#: Written into every journal; a database without it is not ours and is never touched.
+FORMAT = "tfcoord-journal"
+#: 2: events carry their job's id, so a forgotten job's records can be deleted.
+FORMAT_VERSION = 2
+FILENAME = "journal.sqlite3"
+
+
+class StateDirError(RuntimeError):
+    """The state directory cannot be used; the message says why and what to do."""
+
+
+class Journal(Protocol):
+    def append(self, event: s.Event) -> None: ...
+    def forget(self, job: str) -> None: ...
+    def commit(self) -> float: ...
+    def replay(self) -> Iterator[s.Event]: ...
+    def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class MemoryJournal:
+    """No persistence: for an embedded coordinator, whose state dies with its driver."""
+
+    def __init__(self) -> None:
+        self._meta: dict[str, str] = {}
+
+    def append(self, event: s.Event) -> None:
+        pass
+
+    def forget(self, job: str) -> None:
+        pass
+
+    def commit(self) -> float:
+        return 0.0
+
+    def replay(self) -> Iterator[s.Event]:
+        return iter(())
+
+    def get_meta(self, key: str) -> str | None:
+        return self._meta.get(key)
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._meta[key] = value
+
+    def close(self) -> None:
+        pass
+
+
+def event_job(ev: s.Event) -> str:
+    """The job a journaled event belongs to."""
+    req = getattr(ev, "req", None)
+    return req.job if req is not None else ev.job  # type: ignore[attr-defined]
+
+
+def encode_event(ev: s.Event) -> tuple[str, bytes]:
+    body: dict[str, Any]
+    if isinstance(ev, s.SubmitJob):
+        body = {"job": ev.job, "spec": ev.spec.to_wire()}
+    elif isinstance(ev, (s.RegisterNode, s.ReportNode, s.HeartbeatNode)):
+        body = {"req": ev.req.to_wire()}
+    elif isinstance(ev, s.StopJobEvent):
+        body = {"job": ev.job, "reason": ev.reason}
+    elif isinstance(ev, s.NodeLost):
+        body = {"job": ev.job, "executor_id": ev.executor_id, "attempt": ev.attempt, "reason": ev.reason}
+    elif isinstance(ev, s.ReservationExpired):
+        body = {"job": ev.job}
+    elif isinstance(ev, s.EngineTaskUpdate):
+        body = {"job": ev.job, "executor_id": ev.executor_id, "task_id": ev.task_id, "state": ev.state,
+                "message": ev.message, "ended": ev.ended}  # fmt: skip
+    elif isinstance(ev, s.EngineJobFailed):
+        body = {"job": ev.job, "reason": ev.reason}
+    else:
+        raise TypeError(f"{type(ev).__name__} is not a journaled event")
+    body["now"] = ev.now
+    return type(ev).__name__, pack(body)
+
+
+def decode_event(kind: str, data: bytes) -> s.Event:
+    b: Any = unpack(data)
+    now = b["now"]
+    if kind == "SubmitJob":
+        return s.SubmitJob(now=now, job=b["job"], spec=m.JobSpec.from_wire(b["spec"]))
+    if kind == "RegisterNode":
+        return s.RegisterNode(now=now, req=m.decode(b["req"]))  # type: ignore[arg-type]
+    if kind == "ReportNode":
+        return s.ReportNode(now=now, req=m.decode(b["req"]))  # type: ignore[arg-type]
+    if kind == "HeartbeatNode":
+        return s.HeartbeatNode(now=now, req=m.decode(b["req"]))  # type: ignore[arg-type]
+    if kind == "StopJobEvent":
+        return s.StopJobEvent(now=now, job=b["job"], reason=b["reason"])
+    if kind == "NodeLost":
+        return s.NodeLost(
+            now=now, job=b["job"], executor_id=b["executor_id"], attempt=b["attempt"], reason=b["reason"]
+        )
+    if kind == "ReservationExpired":
+        return s.ReservationExpired(now=now, job=b["job"])
+    if kind == "EngineTaskUpdate":
+        return s.EngineTaskUpdate(now=now, job=b["job"], executor_id=b["executor_id"], task_id=b["task_id"],
+                                  state=b["state"], message=b["message"], ended=b["ended"])  # fmt: skip
+    if kind == "EngineJobFailed":
+        return s.EngineJobFailed(now=now, job=b["job"], reason=b["reason"])
+    raise ValueError(f"unknown journal record kind {kind!r}")
+
+
+class SqliteJournal:
+    """The journal in ``<state_dir>/journal.sqlite3``.
+
+    Raises:
+        StateDirError: the directory or database is unusable, corrupt or not a tfcoord journal.
+    """
+
+    def __init__(self, state_dir: str | Path) -> None:
+        self.dir = Path(state_dir)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as e:
+            raise StateDirError(f"cannot create state directory {self.dir}: {e}") from e
+        self.path = self.dir / FILENAME
+        foreign = [p.name for p in self.dir.iterdir() if not p.name.startswith(FILENAME)]
+        fresh = not self.path.exists()
+        wal = self.dir / f"{FILENAME}-wal"
+        if fresh and wal.exists() and wal.stat().st_size > 0:
+            # SQLite would start a new database and throw the log's changes away.
+            raise StateDirError(
+                f"{self.path} is missing but {wal.name} is there: the journal's main file was deleted "
+                f"or moved, and {wal.name} holds its latest changes. Put {FILENAME} back, or move "
+                f"{wal.name} and {FILENAME}-shm aside to start empty"
+            )
+        if fresh and foreign:
+            raise StateDirError(
+                f"state directory {self.dir} is not empty and holds no tfcoord journal "
+                f"(found {', '.join(sorted(foreign)[:5])}); point --state-dir at an empty or tfcoord directory"
+            )
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves, one commit per batch.
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            if not fresh and self._empty():
+                fresh = True  # a first start killed before it created the tables (see below)
+            if not fresh:  # make sure it is ours before changing anything (WAL mode is sticky)
+                self._check_format()
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # FULL: a commit survives power loss, not only a process kill; the commit is
+            # batched per event-loop turn, so the fsync cost is shared by many requests.
+            self._db.execute("PRAGMA synchronous=FULL")
+            if fresh:
+                # One transaction: a kill during the first start leaves no tables at all
+                # (started afresh next time), never a half-made journal refused as foreign.
+                self._db.execute("BEGIN")
+                self._db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                self._db.execute(
+                    "CREATE TABLE events (seq INTEGER PRIMARY KEY, job TEXT NOT NULL, kind TEXT NOT NULL, "
+                    "body BLOB NOT NULL)"
+                )
+                self._db.execute("CREATE INDEX events_job ON events (job)")
+                self._db.executemany(
+                    "INSERT INTO meta VALUES (?, ?)",
+                    [
+                        ("format", FORMAT),
+                        ("format_version", str(FORMAT_VERSION)),
+                        ("created", str(time.time())),
+                    ],
+                )
+                self._db.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise StateDirError(
+                f"{self.path} is not a readable tfcoord journal ({e}); it may be corrupt. Move it "
+                "aside to start empty, or restore it from a backup"
+            ) from e
+        except StateDirError:
+            self._db.close()
+            raise
+        self._in_tx = False
+
+    def _empty(self) -> bool:
+        """No tables at all: an empty file, or a database whose creation never committed."""
+        return self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+
+    def _check_format(self) -> None:
+        try:
+            rows = self._db.execute("SELECT key, value FROM meta WHERE key LIKE 'format%'").fetchall()
+        except sqlite3.OperationalError as e:  # no meta table: another program's database
+            raise StateDirError(f"{self.path} is an SQLite database but not a tfcoord journal ({e})") from e
+        fmt = dict(rows)
+        if fmt.get("format") != FORMAT:
+            raise StateDirError(f"{self.path} is an SQLite database but not a tfcoord journal")
+        if fmt.get("format_version") != str(FORMAT_VERSION):
+            raise StateDirError(
+                f"{self.path} has journal format {fmt.get('format_version')}, this tfcoord reads "
+                f"{FORMAT_VERSION}; use the tfcoord version that wrote it"
+            )
+
+    def append(self, event: s.Event) -> None:
+        if not self._in_tx:
+            self._db.execute("BEGIN")
+            self._in_tx = True
+        kind, body = encode_event(event)
+        self._db.execute(
+            "INSERT INTO events (job, kind, body) VALUES (?, ?, ?)", (event_job(event), kind, body)
+        )
+
+    def forget(self, job: str) -> None:
+        """Delete a forgotten job's records, in the transaction of what else is appended."""
+        if not self._in_tx:
+            self._db.execute("BEGIN")
+            self._in_tx = True
+        self._db.execute("DELETE FROM events WHERE job = ?", (job,))
+
+    def commit(self) -> float:
+        """Commit what was appended; returns the seconds the commit took."""
+        if not self._in_tx:
+            return 0.0
+        t0 = time.perf_counter()
+        self._db.execute("COMMIT")
+        self._in_tx = False
+        return time.perf_counter() - t0
+
+    def replay(self) -> Iterator[s.Event]:
+        try:
+            for seq, kind, body in self._db.execute("SELECT seq, kind, body FROM events ORDER BY seq"):
+                try:
+                    yield decode_event(kind, body)
+                except Exception as e:
+                    raise StateDirError(f"journal record {seq} in {self.path} is unreadable ({e})") from e
+        except sqlite3.DatabaseError as e:
+            raise StateDirError(f"{self.path} is corrupt ({e}); move it aside or restore a backup") from e
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def close(self) -> None:
+        if self._in_tx:
+            self.commit()
+        self._db.close()

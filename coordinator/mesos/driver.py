@@ -1,0 +1,113 @@
+"""The driver's side of a Mesos job: start a coordinator with the framework, submit, follow.
+
+``tfcoord submit --engine mesos`` and ``tfcoord.compat.tfmesos2.cluster`` share this. It is
+blocking code on a :class:`~tfcoord.client.DriverClient`; every wait is a ``watch_job``
+answered by push when the job changes, never a poll.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from tfcoord.client import DriverClient
+from tfcoord.client.client import check_outcome
+from tfcoord.client.errors import DeadlineExceeded
+from tfcoord.client.progress import WATCH_SLICE_S
+
+from ..embedded import EmbeddedCoordinator
+from .config import MesosConfig
+
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+#: Once a cluster is left (``with cluster(...)`` exits), its nodes are told to stop and
+#: acknowledge within a second or two; past this the framework's TEARDOWN kills them anyway.
+STOP_WAIT_S = 30.0
+#: After the reservation deadline, nodes still have to start serving (TensorFlow imports in
+#: about 6 s, slower on a loaded agent); past this extra time a wait for RUNNING gives up.
+RUNNING_GRACE_S = 120.0
+
+
+def default_advertise_host() -> str:
+    """The address Mesos tasks dial back to, as tfmesos2 picks it: this host's name resolved."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def start_coordinator(config: MesosConfig, *, host: str = "0.0.0.0", port: int = 0,
+                      advertise_host: str | None = None, gpus: bool = False) -> EmbeddedCoordinator:  # fmt: skip
+    """An embedded coordinator running the Mesos framework, subscribed when this returns.
+
+    Raises:
+        MesosError: the framework could not subscribe (credentials, TLS, no master).
+    """
+    return EmbeddedCoordinator(
+        host=host, port=port, advertise_host=advertise_host or default_advertise_host(),
+        mesos=config, mesos_gpus=gpus,
+    ).start()  # fmt: skip
+
+
+def follow(driver: DriverClient, job: str, *, until: Collection[str] = TERMINAL, timeout_s: float,
+           emit: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Wait until the job's state is in ``until`` (or terminal); emit each new timeline line.
+
+    Raises:
+        DeadlineExceeded: not there within ``timeout_s``; the message says what is missing.
+    """
+    deadline = time.monotonic() + timeout_s
+    version, seen = 0, 0
+    while True:
+        left = deadline - time.monotonic()
+        status = driver.watch(job, version, max(0.0, min(WATCH_SLICE_S, left)))
+        version = status["version"]
+        if emit is not None:
+            for _, text in status["events"][seen:]:
+                emit(text)
+        seen = len(status["events"])
+        if status["state"] in until or status["state"] in TERMINAL:
+            return status
+        if left <= 0:
+            waiting = [
+                f"{n['role']}:{n['index']} {n['state']}" for n in status["nodes"] if n["state"] != "RUNNING"
+            ]
+            raise DeadlineExceeded(
+                f"job {job} is still {status['state']} after {timeout_s:g} s; missing: "
+                + "; ".join(status["missing"] + waiting)
+            )
+
+
+def wait_running(driver: DriverClient, job: str, *, timeout_s: float,
+                 emit: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Block until every node runs (for server mode: every TensorFlow server listens).
+
+    Raises:
+        JobFailed: the job failed first (a task died, no offer, the reservation timed out).
+        JobStopped: it was stopped first.
+        DeadlineExceeded: not running in time.
+    """
+    status = follow(driver, job, until={"RUNNING"}, timeout_s=timeout_s, emit=emit)
+    check_outcome(status)  # FAILED and STOPPED raise; SUCCEEDED (a quick command) is fine
+    return status
+
+
+def stop_and_wait(
+    driver: DriverClient, job: str, reason: str, timeout_s: float = STOP_WAIT_S
+) -> dict[str, Any]:
+    """Stop a job and wait (bounded) until it ends; returns its last status."""
+    driver.stop(job, reason)
+    try:
+        return follow(driver, job, timeout_s=timeout_s)
+    except DeadlineExceeded:
+        return driver.status(job)
+
+
+def targets(cluster: Mapping[str, list[str]]) -> dict[str, str]:
+    """``{"/job:ps/task:0": "grpc://host:port", ...}`` for a cluster spec."""
+    return {
+        f"/job:{role}/task:{i}": f"grpc://{addr}"
+        for role, addrs in cluster.items()
+        for i, addr in enumerate(addrs)
+    }

@@ -1,0 +1,210 @@
+"""A Mesos job: per-role resources, image and command, carried in its job spec's labels.
+
+A driver (``tfcoord submit --engine mesos``, ``tfmesos2.cluster``) builds a
+:class:`MesosJob` and submits ``job.to_spec()``: an ordinary :class:`JobSpec` with
+``engine="mesos"`` whose labels say what each role needs (``mesos.role.worker =
+"cpus=2,mem=4096,gpus=1"``), which image and command the tasks run, and the attribute
+constraints. The coordinator's Mesos engine reads them back with :meth:`MesosJob.from_spec`.
+Labels travel through the existing protocol and journal unchanged, and show in ``tfcoord
+status`` and the dashboard. Pure: no I/O, no aiohttp.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tfcoord.client.messages import MAX_TEXT_LEN, ROLE_ORDER, SINGLETON_ROLES, JobSpec
+
+from .errors import MesosConfigError
+from .offers import parse_constraints
+
+ENGINE = "mesos"
+LABEL_ROLE = "mesos.role."
+LABEL_COMMAND = "mesos.command"
+LABEL_IMAGE = "mesos.image"
+LABEL_ATTRIBUTES = "mesos.attributes"
+LABEL_MODE = "mesos.mode"
+#: Mesos refuses a task below its minimum allocatable share; 0.01 cpus and 32 MB are the
+#: master's defaults (``--min_allocatable_resources``).
+MIN_CPUS = 0.01
+MIN_MEM_MB = 32.0
+DEFAULT_CPUS = 1.0
+DEFAULT_MEM_MB = 1024.0
+ROLE_SYNTAX = "ROLE:COUNT[:cpus=N,mem=MB,gpus=N], e.g. worker:2:cpus=2,mem=4096,gpus=1"
+
+
+@dataclass(frozen=True)
+class RoleResources:
+    """One role of the cluster: how many tasks, and what each one needs."""
+
+    role: str
+    count: int
+    cpus: float = DEFAULT_CPUS
+    mem: float = DEFAULT_MEM_MB
+    gpus: int = 0
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLE_ORDER:
+            raise MesosConfigError(f"unknown role {self.role!r}; roles are {', '.join(ROLE_ORDER)}")
+        if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 1:
+            raise MesosConfigError(
+                f"{self.role}: the task count must be a whole number >= 1, not {self.count!r}"
+            )
+        if self.role in SINGLETON_ROLES and self.count > 1:
+            raise MesosConfigError(f"a cluster has at most one {self.role}, not {self.count}")
+        for name, lo in (("cpus", MIN_CPUS), ("mem", MIN_MEM_MB)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < lo:
+                raise MesosConfigError(f"{self.role}: {name} must be a number >= {lo:g}, not {v!r}")
+        if not isinstance(self.gpus, int) or isinstance(self.gpus, bool) or self.gpus < 0:
+            raise MesosConfigError(
+                f"{self.role}: gpus must be a whole number >= 0 (Mesos grants whole GPUs), not {self.gpus!r}"
+            )
+
+    def resources_text(self) -> str:
+        return f"cpus={self.cpus:g},mem={self.mem:g},gpus={self.gpus}"
+
+
+def parse_resources(role: str, count: int, text: str) -> RoleResources:
+    """``cpus=2,mem=4096,gpus=1`` (any subset, any order) for one role.
+
+    Raises:
+        MesosConfigError: an unknown key, a repeated key, or a value that is not a number.
+    """
+    values: dict[str, Any] = {}
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in ("cpus", "mem", "gpus"):
+            raise MesosConfigError(f"{role}: {item!r} is not cpus=N, mem=MB or gpus=N ({ROLE_SYNTAX})")
+        if key in values:
+            raise MesosConfigError(f"{role}: {key} is given twice")
+        try:
+            number = float(value)
+        except ValueError:
+            raise MesosConfigError(f"{role}: {key}={value!r} is not a number") from None
+        if key == "gpus":
+            if number != int(number):
+                raise MesosConfigError(
+                    f"{role}: gpus={value} must be a whole number (Mesos grants whole GPUs)"
+                )
+            values[key] = int(number)
+        else:
+            values[key] = number
+    return RoleResources(role, count, **values)
+
+
+def parse_role(text: str) -> RoleResources:
+    """``worker:2:cpus=2,mem=4096,gpus=1`` → :class:`RoleResources`.
+
+    Raises:
+        MesosConfigError: the text does not follow :data:`ROLE_SYNTAX`.
+    """
+    parts = text.strip().split(":", 2)
+    if len(parts) < 2 or not parts[0] or not parts[1].strip().isdigit():
+        raise MesosConfigError(f"{text!r} is not {ROLE_SYNTAX}")
+    return parse_resources(parts[0].strip(), int(parts[1]), parts[2] if len(parts) == 3 else "")
+
+
+@dataclass(frozen=True)
+class MesosJob:
+    """What the Mesos engine needs to run one job.
+
+    ``command`` empty is server mode: each task runs a ``tf.distribute.Server`` for its
+    role and waits to be stopped (a client outside drives it, as with tfmesos2).
+    """
+
+    roles: tuple[RoleResources, ...]
+    command: tuple[str, ...] = ()
+    image: str | None = None
+    attributes: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.roles:
+            raise MesosConfigError(f"a Mesos job needs at least one role ({ROLE_SYNTAX})")
+        names = [r.role for r in self.roles]
+        if len(set(names)) != len(names):
+            raise MesosConfigError(f"a role is listed twice: {', '.join(names)}")
+        if "chief" in names and "master" in names:
+            raise MesosConfigError("use either chief or master, not both")
+        parse_constraints(self.attributes)  # refuse bad constraints here, at the driver
+
+    @classmethod
+    def of(cls, roles: Sequence[RoleResources], command: Sequence[str] = (), image: str | None = None,
+           attributes: str = "") -> MesosJob:  # fmt: skip
+        """Roles in any order (they are put in tfcoord's assignment order)."""
+        ordered = tuple(sorted(roles, key=lambda r: ROLE_ORDER.index(r.role)))
+        return cls(ordered, tuple(command), image or None, attributes)
+
+    @property
+    def server_mode(self) -> bool:
+        return not self.command
+
+    @property
+    def gpus(self) -> bool:
+        return any(r.gpus for r in self.roles)
+
+    def slot(self, executor_id: int) -> RoleResources:
+        """The role (and its needs) of executor ``executor_id``, in the job's slot order."""
+        for r in self.roles:
+            if executor_id < r.count:
+                return r
+            executor_id -= r.count
+        raise IndexError(executor_id)
+
+    def to_spec(self, **spec: Any) -> JobSpec:
+        """The job spec to submit; ``spec`` gives JobSpec's other fields (name, timeouts)."""
+        labels: dict[str, str | int | float] = dict(spec.pop("labels", {}) or {})
+        labels[LABEL_MODE] = "server" if self.server_mode else "command"
+        for r in self.roles:
+            labels[LABEL_ROLE + r.role] = r.resources_text()
+        if self.command:
+            text = json.dumps(list(self.command), separators=(",", ":"))
+            if len(text) > MAX_TEXT_LEN:
+                raise MesosConfigError(
+                    f"the command is {len(text)} characters as JSON; the limit is {MAX_TEXT_LEN}: "
+                    "put it in a script (fetched with the task's URIs, or in the image) and run that"
+                )
+            labels[LABEL_COMMAND] = text
+        if self.image:
+            labels[LABEL_IMAGE] = self.image
+        if self.attributes:
+            labels[LABEL_ATTRIBUTES] = self.attributes
+        return JobSpec(
+            roles=tuple((r.role, r.count) for r in self.roles), engine=ENGINE, labels=labels, **spec
+        )
+
+    @classmethod
+    def from_spec(cls, spec: JobSpec) -> MesosJob:
+        """Read a job spec's labels back.
+
+        Raises:
+            MesosConfigError: the spec is not a Mesos job's, or its labels are malformed.
+        """
+        labels: Mapping[str, Any] = spec.labels
+        if spec.engine != ENGINE:
+            raise MesosConfigError(f"job spec is for engine {spec.engine!r}, not {ENGINE}")
+        roles = []
+        for role, count in spec.roles:
+            text = labels.get(LABEL_ROLE + role, "")
+            if not isinstance(text, str):
+                raise MesosConfigError(f"label {LABEL_ROLE + role} must be a string")
+            roles.append(parse_resources(role, count, text))
+        command: tuple[str, ...] = ()
+        if LABEL_COMMAND in labels:
+            try:
+                value = json.loads(str(labels[LABEL_COMMAND]))
+            except ValueError:
+                value = None
+            if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+                raise MesosConfigError(f"label {LABEL_COMMAND} must be a JSON list of strings")
+            command = tuple(value)
+        image = labels.get(LABEL_IMAGE)
+        attributes = labels.get(LABEL_ATTRIBUTES, "")
+        return cls(tuple(roles), command, str(image) if image else None, str(attributes))

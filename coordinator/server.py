@@ -1,0 +1,480 @@
+"""The asyncio server: it only moves bytes (after uvicorn's h11_impl).
+
+Each connection feeds received bytes to a sans-io :class:`Connection`, drains the
+messages, turns each request into a state-machine event, and carries out the
+effects: journal records are committed once per event-loop turn (group commit),
+then the replies are written. Long waits are just requests whose reply comes
+later, pushed when the state machine says so; the server never polls.
+
+Bad input never reaches the state machine: frames are size-checked before they
+are read, messages are validated field by field, and a node may act only within
+the job its handshake named. Any protocol error gets an error frame and a close.
+
+Slow or silent peers cost a socket for a bounded time and nothing else: each
+connection has one watchdog timer, re-armed lazily (received bytes only note the
+time), that enforces the handshake deadline, a deadline for finishing a frame once
+it has started (a client that trickles a frame byte by byte, or stalls inside one),
+and an idle timeout for authenticated connections with nothing pending. A peer
+that does not read its replies is not read from either (write backpressure), so it
+cannot make the coordinator buffer without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tfcoord.client import auth
+from tfcoord.client import messages as m
+from tfcoord.client.errors import LocalProtocolError, ProtocolError
+from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, Connection
+
+from . import state as s
+from .journal import Journal, MemoryJournal
+
+log = logging.getLogger("tfcoord.coordinator")
+
+#: A client must finish its hello within this; slow or silent peers cost a socket, no more.
+HANDSHAKE_TIMEOUT_S = 10.0
+#: Once a frame's first byte is in, the rest must follow within this. A client's largest
+#: real frame is a failure report (a 64 KiB traceback), which even a 20 kbit/s link
+#: delivers in 30 s; a peer that trickles a frame byte by byte is cut off here.
+FRAME_TIMEOUT_S = 30.0
+#: An authenticated connection with no request pending that sends nothing for this long
+#: is closed. Nodes heartbeat every 2 s and keep an await_stop pending, and drivers keep
+#: an await pending, so only abandoned connections (a client host that vanished without
+#: a FIN, a leaked client) ever get here; a live blocking client simply reconnects.
+IDLE_TIMEOUT_S = 600.0
+#: After an error frame, the peer gets this long to read it before the socket is torn
+#: down anyway: a peer that never reads must not keep a closing connection forever.
+CLOSE_LINGER_S = 5.0
+#: Each node keeps one connection; 20,000 covers the largest clusters we aim at while
+#: keeping file descriptors well under typical hard limits.
+DEFAULT_MAX_CONNECTIONS = 20_000
+#: Outstanding requests per connection: a node needs ~3 (await_cluster, await_stop,
+#: heartbeat); a driver a few watches. More is a misbehaving client.
+MAX_PENDING_PER_CONNECTION = 64
+#: Engines whose nodes the coordinator itself launches: a job for one of them is refused
+#: unless this coordinator runs it (see ``CoordinatorServer.engines``), rather than left
+#: waiting for nodes nobody starts.
+COORDINATOR_ENGINES = frozenset({"mesos"})
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    secret: bytes
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    frame_timeout_s: float = FRAME_TIMEOUT_S
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    #: TLS (see ``tfcoord.client.tls.server_context``); the TLS handshake itself must also
+    #: finish within ``handshake_timeout_s``.
+    ssl_context: ssl.SSLContext | None = None
+    #: Finished jobs kept, by count and by age (see ``state.KEEP_FINISHED_JOBS``).
+    keep_finished_jobs: int = s.KEEP_FINISHED_JOBS
+    keep_finished_s: float = s.KEEP_FINISHED_S
+
+
+class ServerObserver(Protocol):
+    """Sees what the server does, for metrics, without the state machine knowing about it.
+
+    Called on the event loop, on the hot path: it must be quick. An exception it raises
+    is logged and otherwise ignored, so an observer can never break the coordinator.
+    """
+
+    def on_effects(self, event: s.Event, effects: Sequence[s.Effect]) -> None:
+        """One event went through the state machine and produced these effects."""
+
+    def on_commit(self, seconds: float) -> None:
+        """The journal committed a group of events, taking this long."""
+
+
+class _Peer(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, server: CoordinatorServer, conn_id: int) -> None:
+        self.server = server
+        self.id = conn_id
+        self.proto = Connection(server.config.max_frame_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.nonce = auth.new_nonce()
+        self.role: str | None = None
+        self.job: str | None = None
+        self.pending = 0
+        self.closing = False
+        self.peername = "?"
+        self._loop = asyncio.get_running_loop()
+        # Loop times (monotonic) the watchdog judges by.
+        self._connected_at = 0.0
+        #: Last bytes received, or the moment the last pending request was answered.
+        self.idle_since = 0.0
+        #: When the incomplete frame now in the buffer began, if there is one.
+        self._frame_started: float | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog_at = 0.0
+
+    # asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peername = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        srv = self.server
+        if len(srv.peers) >= srv.config.max_connections:
+            srv.rejected_connections += 1
+            self.fail("too_many_connections", f"the coordinator holds its maximum of "
+                      f"{srv.config.max_connections} connections; try again later")  # fmt: skip
+            return
+        srv.peers[self.id] = self
+        self.write(m.Challenge(version=m.PROTOCOL_VERSION, nonce=self.nonce))
+        self._connected_at = self.idle_since = now = self._loop.time()
+        self.arm(now + srv.config.handshake_timeout_s)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        now = self._loop.time()
+        self.idle_since = now
+        self.proto.receive_data(data)
+        framed = False
+        try:
+            while not self.closing:
+                msg = self.proto.next_event()
+                if msg is NEED_DATA:
+                    break
+                framed = True
+                self.server.dispatch(self, msg)  # type: ignore[arg-type]
+        except ProtocolError as e:
+            self.server.rejected_frames += 1
+            # Answer the valid requests this read carried before the bad frame first: their
+            # effects are queued for the next flush, which would find the connection closed.
+            self.server.flush_now()
+            self.fail("protocol_error", f"{e}; closing the connection")
+            return
+        if self.closing:
+            return
+        if not self.proto.buffered:
+            self._frame_started = None
+        elif framed or self._frame_started is None:  # a new frame began in these bytes
+            self._frame_started = now
+            self.arm(now + self.server.config.frame_timeout_s)
+
+    def eof_received(self) -> bool | None:
+        return False  # close our side too
+
+    def pause_writing(self) -> None:
+        # The peer is not reading its replies: stop reading its requests until it does.
+        if self.transport is not None and not self.closing:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.closing:
+            self.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        if self.server.peers.pop(self.id, None) is not None and self.role is not None:
+            self.server.apply(s.Disconnected(now=time.time(), conn=self.id))
+
+    # the watchdog: one timer per connection, armed for the earliest deadline that applies
+
+    def arm(self, when: float) -> None:
+        """Make sure the watchdog runs no later than ``when`` (loop time)."""
+        if self._watchdog is not None:
+            if self._watchdog_at <= when:
+                return
+            self._watchdog.cancel()
+        self._watchdog_at = when
+        self._watchdog = self._loop.call_at(when, self._check)
+
+    def _check(self) -> None:
+        self._watchdog = None
+        if self.closing:
+            return
+        cfg = self.server.config
+        now = self._loop.time()
+        deadlines = []
+        if self.role is None:
+            deadlines.append((self._connected_at + cfg.handshake_timeout_s, "handshake_timeout",
+                              f"no hello within {cfg.handshake_timeout_s:g} s"))  # fmt: skip
+        if self._frame_started is not None:
+            deadlines.append((self._frame_started + cfg.frame_timeout_s, "frame_timeout",
+                              f"a frame stayed incomplete for {cfg.frame_timeout_s:g} s "
+                              f"({self.proto.buffered} bytes received)"))  # fmt: skip
+        elif self.role is not None and self.pending == 0:
+            deadlines.append((self.idle_since + cfg.idle_timeout_s, "idle_timeout",
+                              f"nothing sent and nothing pending for {cfg.idle_timeout_s:g} s"))  # fmt: skip
+        for when, code, message in deadlines:
+            if now >= when:
+                self.server.timed_out[code] = self.server.timed_out.get(code, 0) + 1
+                self.fail(code, message)
+                return
+        if deadlines:
+            self.arm(min(when for when, _, _ in deadlines))
+
+    def nothing_pending(self) -> None:
+        """The last pending request was answered: the idle clock starts now."""
+        self.idle_since = now = self._loop.time()
+        self.arm(now + self.server.config.idle_timeout_s)
+
+    # helpers
+
+    def authenticated(self, role: str, job: str | None) -> None:
+        self.role, self.job = role, job
+
+    def write(self, msg: m.Message) -> None:
+        if self.transport is None or self.closing:
+            return
+        try:
+            data = self.proto.send(msg)
+        except LocalProtocolError as e:
+            # A reply too large for one frame (the status of a job of tens of thousands of
+            # nodes): the request gets an error saying so; the connection and every other
+            # reply carry on.
+            rid = getattr(msg, "id", None)
+            log.warning("reply %s to %s not sent: %s", msg.op, self.peername, e)
+            if rid is None:
+                return
+            data = self.proto.send(m.Error(id=rid, code="too_large", message=(
+                f"the answer to this request is too large for one frame ({e}); ask for less "
+                "(one job's status instead of all, or the HTTP API's /v1/jobs/JOB/events pages)")))  # fmt: skip
+        self.transport.write(data)
+
+    def fail(self, code: str, message: str) -> None:
+        """Send a connection-level error frame and close."""
+        if self.closing or self.transport is None:
+            return
+        try:
+            self.transport.write(self.proto.send(m.Error(id=None, code=code, message=message)))
+        except ProtocolError:
+            pass
+        self.closing = True
+        log.info("closing connection from %s: %s: %s", self.peername, code, message)
+        self.transport.close()
+        self._loop.call_later(CLOSE_LINGER_S, self.transport.abort)  # a no-op once it is closed
+
+
+class CoordinatorServer:
+    """The coordinator: state machine + journal behind the TCP protocol."""
+
+    def __init__(self, config: ServerConfig, journal: Journal | None = None,
+                 state: s.CoordinatorState | None = None) -> None:  # fmt: skip
+        self.config = config
+        self.state = state or s.CoordinatorState(config.keep_finished_jobs, config.keep_finished_s)
+        self.journal = journal or MemoryJournal()
+        self.peers: dict[int, _Peer] = {}
+        self._next_conn = 1
+        self._server: asyncio.base_events.Server | None = None
+        self._outbox: list[s.Send] = []
+        self._flush_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self.rejected_frames = 0
+        self.rejected_connections = 0
+        self.auth_failures = 0
+        #: Connections closed by the watchdog, by code (handshake, frame, idle timeout).
+        self.timed_out: dict[str, int] = {}
+        self.observers: list[ServerObserver] = []
+        #: Engines this coordinator runs (the Mesos framework registers itself as "mesos").
+        self.engines: dict[str, Any] = {}
+        self.stopped = asyncio.Event()
+        self._handlers: dict[type, Any] = {
+            m.Submit: lambda p, r, now: s.SubmitJob(now=now, job=r.job, spec=r.spec, waiter=(p.id, r.id)),
+            m.AwaitJob: lambda p, r, now: s.AwaitJobEvent(now=now, req=r, waiter=(p.id, r.id)),
+            m.WatchJob: lambda p, r, now: s.AwaitJobEvent(now=now, req=r, waiter=(p.id, r.id)),
+            m.StopJob: lambda p, r, now: s.StopJobEvent(now=now, job=r.job, reason=r.reason,
+                                                        dry_run=r.dry_run, waiter=(p.id, r.id)),
+            m.Status: lambda p, r, now: s.StatusEvent(now=now, job=r.job, waiter=(p.id, r.id)),
+            m.Register: lambda p, r, now: s.RegisterNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+            m.Report: lambda p, r, now: s.ReportNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+            m.Heartbeat: lambda p, r, now: s.HeartbeatNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+            m.AwaitCluster: lambda p, r, now: s.AwaitClusterEvent(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+            m.AwaitStop: lambda p, r, now: s.AwaitStopEvent(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+        }  # fmt: skip
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Replay the journal into the state; returns the number of events replayed."""
+        n = 0
+        for event in self.journal.replay():
+            self.state.handle(event)
+            n += 1
+        # What came due meanwhile (reservation deadlines, jobs to forget) is carried out by
+        # the first Tick once the server runs (``start`` arms the timer).
+        self.state.handle(s.Recovered(now=time.time()))
+        return n
+
+    async def start(self) -> tuple[str, int]:
+        """Bind and listen; returns the bound (host, port). Port 0 picks a free one."""
+        loop = asyncio.get_running_loop()
+        tls = {"ssl": self.config.ssl_context, "ssl_handshake_timeout": self.config.handshake_timeout_s}
+        self._server = await loop.create_server(
+            self._new_peer, self.config.host, self.config.port,
+            **(tls if self.config.ssl_context is not None else {}), reuse_address=True, backlog=4096,
+        )  # fmt: skip
+        sockname = self._server.sockets[0].getsockname()
+        self._arm_timer()
+        return sockname[0], sockname[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for peer in list(self.peers.values()):
+            if peer.transport is not None:
+                peer.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._flush()
+        self.journal.close()
+        self.stopped.set()
+
+    def _new_peer(self) -> _Peer:
+        cid = self._next_conn
+        self._next_conn += 1
+        return _Peer(self, cid)
+
+    # -- requests -----------------------------------------------------------------------
+
+    def dispatch(self, peer: _Peer, msg: m.Message) -> None:
+        if peer.role is None:
+            self._hello(peer, msg)
+            return
+        if not isinstance(msg, m.Request):
+            peer.fail("protocol_error", f"a client may not send {msg.op!r} frames")
+            return
+        if type(msg) not in m.ALLOWED_OPS[peer.role]:
+            peer.write(m.Error(id=msg.id, code="forbidden", message=(
+                f"op {msg.op!r} is not allowed for a {peer.role} connection")))  # fmt: skip
+            return
+        job = getattr(msg, "job", None)
+        if peer.role == "node" and job != peer.job:
+            peer.write(m.Error(id=msg.id, code="forbidden", message=(
+                f"this connection is authenticated for job {peer.job} only, not {job}")))  # fmt: skip
+            return
+        if peer.pending >= MAX_PENDING_PER_CONNECTION:
+            peer.write(m.Error(id=msg.id, code="too_many_requests", message=(
+                f"{MAX_PENDING_PER_CONNECTION} requests are already pending on this connection")))  # fmt: skip
+            return
+        if (
+            isinstance(msg, m.Submit)
+            and msg.spec.engine in COORDINATOR_ENGINES
+            and msg.spec.engine not in self.engines
+        ):
+            peer.write(m.Error(id=msg.id, code="no_engine", message=(
+                f"this coordinator does not run the {msg.spec.engine} engine; start it with that engine "
+                f"configured (for Mesos: MESOS_MASTER set for tfcoord serve), or submit without "
+                f"TFCOORD_ADDRESS to use an embedded coordinator")))  # fmt: skip
+            return
+        peer.pending += 1
+        self.apply(self._handlers[type(msg)](peer, msg, time.time()))
+
+    def _hello(self, peer: _Peer, msg: m.Message) -> None:
+        if not isinstance(msg, m.Hello):
+            peer.fail("protocol_error", f"the first message must be hello, not {msg.op}")
+            return
+        if msg.version != m.PROTOCOL_VERSION:
+            peer.fail("version_mismatch", f"client speaks protocol version {msg.version}, this "
+                      f"coordinator {m.PROTOCOL_VERSION}; install matching tfcoord versions")  # fmt: skip
+            return
+        if msg.role == "node":
+            if not msg.job:
+                peer.fail("auth_failed", "a node must name its job in hello")
+                return
+            key = auth.job_token(self.config.secret, msg.job)
+            what = f"the job token of {msg.job}"
+        else:
+            key = self.config.secret
+            what = "the coordinator secret"
+        if not auth.verify(auth.client_proof(key, peer.nonce, msg.role, msg.job), msg.proof):
+            self.auth_failures += 1
+            peer.fail("auth_failed", f"authentication failed for a {msg.role} connection: the proof "
+                      f"does not match {what}. Check the secret file (TFCOORD_SECRET_FILE)"
+                      + (", and that the token belongs to this job" if msg.role == "node" else ""))  # fmt: skip
+            return
+        peer.authenticated(msg.role, msg.job)
+        peer.write(m.Welcome(proof=auth.server_proof(key, msg.cnonce)))
+
+    # -- effects ------------------------------------------------------------------------
+
+    def apply(self, event: s.Event) -> None:
+        """Run one event through the state machine and queue its effects."""
+        effects = self.state.handle(event)
+        journaled = False
+        for eff in effects:
+            if isinstance(eff, s.Send):
+                self._outbox.append(eff)
+            elif isinstance(eff, s.Journal):
+                self.journal.append(eff.event)
+                journaled = True
+            elif isinstance(eff, s.Forget):
+                self.journal.forget(eff.job)
+                journaled = True
+            else:
+                # One line per state change, the job (and node, state) also as fields for JSON logs.
+                log.info("job %s: %s", eff.job, eff.text,
+                         extra={"job": eff.job, "node": eff.node or None, "state": eff.state or None})  # fmt: skip
+        for obs in self.observers:
+            try:
+                obs.on_effects(event, effects)
+            except Exception:
+                log.exception("observer %r failed on %s", obs, type(event).__name__)
+        # A change with no one to answer (a node lost on a timer) is committed all the same.
+        if (self._outbox or journaled) and not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._arm_timer()
+
+    def flush_now(self) -> None:
+        """Commit and write what is queued now, rather than at the end of this loop turn."""
+        if self._outbox or self._flush_scheduled:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Commit the journal, then write every queued reply (group commit)."""
+        self._flush_scheduled = False
+        took = self.journal.commit()
+        if took:
+            for obs in self.observers:
+                try:
+                    obs.on_commit(took)
+                except Exception:
+                    log.exception("observer %r failed on a commit", obs)
+        outbox, self._outbox = self._outbox, []
+        for send in outbox:
+            peer = self.peers.get(send.conn)
+            if peer is None:
+                continue
+            if getattr(send.msg, "id", None) is not None and peer.pending > 0:
+                peer.pending -= 1
+                if peer.pending == 0:
+                    peer.nothing_pending()
+            peer.write(send.msg)
+
+    def _arm_timer(self) -> None:
+        deadline = self.state.next_deadline()
+        if deadline is None or (self._timer_at is not None and self._timer_at <= deadline):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_at = deadline
+        self._timer = loop.call_at(loop.time() + max(0.0, deadline - time.time()) + 0.001, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, None
+        self.apply(s.Tick(now=time.time()))

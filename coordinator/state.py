@@ -1,0 +1,1395 @@
+"""The coordinator's domain state: jobs, their slots and nodes, waits and deadlines.
+
+Theory of operation (after dask's worker_state_machine and h11's _state): this
+module is pure. ``CoordinatorState.handle(event)`` is the only thing that mutates
+state; it returns a list of effects (:class:`Send` a message on a connection,
+:class:`Journal` an event, :class:`Log` a state change) that the asyncio server
+carries out. Time is an argument (``event.now``, wall-clock seconds, because
+deadlines must survive a coordinator restart and monotonic clocks do not), so
+every timeout is tested without sleeping.
+
+Durability is event sourcing: every event that changes state is returned as a
+:class:`Journal` effect, including the ones this module derives itself when a
+deadline passes (:class:`NodeLost`, :class:`ReservationExpired`). Replaying the
+journaled events through ``handle`` in order rebuilds the same state. Heartbeats
+and disconnects are not journaled: they only feed the liveness deadlines, and
+after a restart every node gets a fresh grace period (:class:`Recovered`).
+
+Life cycles are the tables ``JOB_TRANSITIONS`` and ``NODE_TRANSITIONS``; an
+illegal transition raises :class:`InvalidTransition` (a bug, never user input).
+Bad requests are refused with a :class:`Send` of an ``Error`` carrying a stable
+code and a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfcoord.client import messages as m
+from tfcoord.client.protocol import encode_spec
+
+# -- life cycles --------------------------------------------------------------------------
+
+
+class JobState(enum.Enum):
+    SUBMITTED = "SUBMITTED"
+    RESERVING = "RESERVING"
+    READY = "READY"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+
+class NodeState(enum.Enum):
+    REGISTERED = "REGISTERED"
+    READY = "READY"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    LOST = "LOST"
+    STOPPED = "STOPPED"
+
+
+J, N = JobState, NodeState
+
+JOB_TRANSITIONS: dict[JobState, dict[str, JobState]] = {
+    J.SUBMITTED: {"register": J.RESERVING, "fail": J.FAILED, "stop": J.STOPPED},
+    J.RESERVING: {"complete": J.READY, "fail": J.FAILED, "stop": J.STOPPING},
+    J.READY: {"run": J.RUNNING, "succeed": J.SUCCEEDED, "fail": J.FAILED, "stop": J.STOPPING},
+    J.RUNNING: {"succeed": J.SUCCEEDED, "fail": J.FAILED, "stop": J.STOPPING},
+    J.STOPPING: {"stopped": J.STOPPED, "fail": J.FAILED},
+    J.SUCCEEDED: {},
+    J.FAILED: {},
+    J.STOPPED: {},
+}
+
+_LIVE_NODE = {"ready": N.READY, "running": N.RUNNING, "succeeded": N.SUCCEEDED,
+              "failed": N.FAILED, "lost": N.LOST, "stopped": N.STOPPED}  # fmt: skip
+NODE_TRANSITIONS: dict[NodeState, dict[str, NodeState]] = {
+    N.REGISTERED: dict(_LIVE_NODE),
+    N.READY: {k: v for k, v in _LIVE_NODE.items() if k != "ready"},
+    N.RUNNING: {k: v for k, v in _LIVE_NODE.items() if k not in ("ready", "running")},
+    N.SUCCEEDED: {},
+    N.FAILED: {},
+    N.LOST: {},
+    N.STOPPED: {},
+}
+
+TERMINAL_JOB = frozenset({J.SUCCEEDED, J.FAILED, J.STOPPED})
+TERMINAL_NODE = frozenset({N.SUCCEEDED, N.FAILED, N.LOST, N.STOPPED})
+#: Roles whose success is the job's success; ps and evaluator serve them and are then stopped.
+FINISHING_ROLES = frozenset({"chief", "master", "worker"})
+#: The longest error message an Error frame may carry (see ``messages.Error``): longer
+#: texts (a job error quoting a node's 64 KiB traceback and its description) are clipped.
+MAX_MESSAGE_LEN = m.MAX_ERROR_LEN + m.MAX_TEXT_LEN
+#: A reservation timeout names every missing slot, but slots that never registered are
+#: named as ranges (``worker:0-4999``), and at most this many lines are written out one
+#: by one: a 100,000-slot job's message stays readable and inside one frame.
+MAX_MISSING_LINES = 100
+#: Missing slots a brief status names (progress lines show 8, then "and N more").
+BRIEF_MISSING = 16
+#: Finished jobs a long-running coordinator keeps (status, the HTTP API, the journal),
+#: by count and by age; older ones are forgotten, journal records included, so memory
+#: and restart time do not grow with every job ever run.
+KEEP_FINISHED_JOBS = 1000
+KEEP_FINISHED_S = 7 * 24 * 3600.0
+#: A finished job is kept at least this long whatever the count, so its nodes and its
+#: driver can still ask about it while they wind down.
+FORGET_GRACE_S = 300.0
+
+
+class InvalidTransition(RuntimeError):
+    """A state change the life-cycle tables forbid: a bug in this module, never bad input."""
+
+
+def _next(table: Mapping[Any, Mapping[str, Any]], state: Any, event: str) -> Any:
+    try:
+        return table[state][event]
+    except KeyError:
+        raise InvalidTransition(f"{event!r} is not allowed in state {state.name}") from None
+
+
+# -- events (inputs) ----------------------------------------------------------------------
+
+#: (connection id, request id): where the answer to a request goes.
+Waiter = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Event:
+    now: float
+
+
+@dataclass(frozen=True)
+class SubmitJob(Event):
+    job: str
+    spec: m.JobSpec
+    waiter: Waiter | None = None
+
+
+@dataclass(frozen=True)
+class RegisterNode(Event):
+    req: m.Register
+    conn: int | None = None
+    waiter: Waiter | None = None
+
+
+@dataclass(frozen=True)
+class ReportNode(Event):
+    req: m.Report
+    conn: int | None = None
+    waiter: Waiter | None = None
+
+
+@dataclass(frozen=True)
+class HeartbeatNode(Event):
+    """Journaled only when it carries new metadata (a TensorBoard URL, progress)."""
+
+    req: m.Heartbeat
+    conn: int | None = None
+    waiter: Waiter | None = None
+
+
+@dataclass(frozen=True)
+class AwaitClusterEvent(Event):
+    req: m.AwaitCluster
+    conn: int
+    waiter: Waiter
+
+
+@dataclass(frozen=True)
+class AwaitStopEvent(Event):
+    req: m.AwaitStop
+    conn: int
+    waiter: Waiter
+
+
+@dataclass(frozen=True)
+class AwaitJobEvent(Event):
+    req: m.AwaitJob | m.WatchJob
+    waiter: Waiter
+
+
+@dataclass(frozen=True)
+class StopJobEvent(Event):
+    job: str
+    reason: str
+    dry_run: bool = False
+    waiter: Waiter | None = None
+
+
+@dataclass(frozen=True)
+class StatusEvent(Event):
+    job: str | None
+    waiter: Waiter
+
+
+@dataclass(frozen=True)
+class Disconnected(Event):
+    conn: int
+
+
+@dataclass(frozen=True)
+class Tick(Event):
+    """Time passed: resolve every deadline at or before ``now``."""
+
+
+@dataclass(frozen=True)
+class NodeLost(Event):
+    """A node stopped answering (derived from deadlines, or told by an engine such as Mesos)."""
+
+    job: str
+    executor_id: int
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReservationExpired(Event):
+    job: str
+
+
+@dataclass(frozen=True)
+class Recovered(Event):
+    """The coordinator restarted: no connection survived, so every live node gets a fresh grace."""
+
+
+@dataclass(frozen=True)
+class EngineTaskUpdate(Event):
+    """An engine (Mesos) says what became of the task it runs, or cannot place, for a slot.
+
+    ``state`` is the engine's word (``TASK_RUNNING``; ``UNPLACED`` with an empty
+    ``task_id`` when no offer fits); it is shown with the slot while the slot is missing, so
+    a timeout names the task and its last state. With ``ended`` the task is gone for good:
+    its node fails (or, if it never registered, the job fails at once) unless the job is
+    already stopping, in which case the node just stopped.
+    """
+
+    job: str
+    executor_id: int
+    task_id: str
+    state: str
+    message: str = ""
+    ended: bool = False
+
+
+@dataclass(frozen=True)
+class EngineJobFailed(Event):
+    """The engine cannot run the job at all (bad resources, the master refused us)."""
+
+    job: str
+    reason: str
+
+
+# -- effects (outputs) --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Send:
+    conn: int
+    msg: m.Message
+
+
+@dataclass(frozen=True)
+class Journal:
+    """Persist this event before sending anything that depends on it."""
+
+    event: Event
+
+
+@dataclass(frozen=True)
+class Log:
+    """One line of a job's timeline. State changes also say, as data, what changed, so
+    observers (metrics, structured logs) never parse ``text``."""
+
+    job: str
+    text: str
+    #: The node that changed ("worker:0"), or "" when the line is about the job itself.
+    node: str = ""
+    #: The new state's value (a JobState or, with ``node``, a NodeState), or "" when the
+    #: line is not a state change.
+    state: str = ""
+
+
+@dataclass(frozen=True)
+class Forget:
+    """A finished job left the state (see ``KEEP_FINISHED_JOBS``): drop its journal records."""
+
+    job: str
+
+
+Effect = Send | Journal | Log | Forget
+
+
+# -- domain objects -----------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    executor_id: int
+    attempt: int
+    role: str
+    index: int
+    host: str
+    port: int
+    gpus: tuple[str, ...]
+    task_id: str
+    meta: dict[str, Any]
+    registered_at: float
+    state: NodeState = N.REGISTERED
+    last_seen: float = 0.0
+    conn: int | None = None
+    disconnected_at: float | None = None
+    ended_at: float | None = None
+    error: str = ""
+    #: The deadline of this node's one authoritative timer entry (lazy heap deletion).
+    timer: float | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.state not in TERMINAL_NODE
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}:{self.index}"
+
+    def describe(self) -> str:
+        where = f"executor {self.executor_id}, host {self.host}"
+        if self.task_id:
+            where += f", task {self.task_id}"
+        if self.attempt:
+            where += f", attempt {self.attempt}"
+        return f"{self.name} ({where})"
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "executor_id": self.executor_id, "attempt": self.attempt, "role": self.role,
+            "index": self.index, "state": self.state.value, "host": self.host,
+            "port": self.port, "gpus": list(self.gpus), "task_id": self.task_id,
+            "meta": dict(self.meta), "registered_at": self.registered_at,
+            "last_seen": self.last_seen, "ended_at": self.ended_at, "error": self.error,
+            "connected": self.conn is not None,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EngineTask:
+    """The last thing an engine said about a slot's task (see :class:`EngineTaskUpdate`)."""
+
+    task_id: str
+    state: str
+    message: str = ""
+
+    def describe(self, engine: str) -> str:
+        if not self.task_id:
+            return f"{engine}: {self.message or self.state}"
+        return f"{engine} task {self.task_id} {self.state}" + (f" ({self.message})" if self.message else "")
+
+
+@dataclass
+class Slot:
+    role: str
+    index: int
+    node: Node | None = None
+    #: Earlier attempts of this slot, oldest first (superseded or lost while reserving).
+    history: list[Node] = field(default_factory=list)
+    #: What the engine (Mesos) last said about this slot's task, if it runs one.
+    task: EngineTask | None = None
+
+
+@dataclass
+class Job:
+    id: str
+    spec: m.JobSpec
+    submitted_at: float
+    slots: list[Slot]
+    state: JobState = J.SUBMITTED
+    ended_at: float | None = None
+    error: str = ""
+    stop_reason: str = ""
+    #: Slots holding a node (kept, not counted, so a registration costs O(1)).
+    filled: int = 0
+    #: Nodes now in a slot, by state (kept for the same reason: every "are all nodes ..."
+    #: question of a report is O(1), not a scan of a 10,000-node job).
+    in_state: dict[NodeState, int] = field(default_factory=dict)
+    #: Nodes in a slot that decide the job's success (see :meth:`decides`) and succeeded.
+    decided: int = 0
+    #: Bumped on every change a watcher could see.
+    version: int = 1
+    #: The cluster spec, msgpack-encoded once when the job becomes READY.
+    spec_blob: bytes | None = None
+    events: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_JOB
+
+    def nodes(self) -> Iterable[Node]:
+        return (s.node for s in self.slots if s.node is not None)
+
+    def missing(self) -> list[Slot]:
+        return [s for s in self.slots if s.node is None]
+
+    def live_nodes(self) -> int:
+        return sum(c for st, c in self.in_state.items() if st not in TERMINAL_NODE)
+
+    def decides(self, role: str) -> bool:
+        """Does the success of a node in ``role`` count toward the job's success?
+
+        The chief/master/worker nodes decide (ps and evaluators serve them), or every role
+        when the template has none of those; roles whose failure is tolerated never do.
+        """
+        if role in self.spec.tolerate_failure:
+            return False
+        return role in FINISHING_ROLES or not any(r in FINISHING_ROLES for r, c in self.spec.roles if c)
+
+    def deciding(self) -> int:
+        """How many slots decide the job's success."""
+        return sum(c for r, c in self.spec.roles if self.decides(r))
+
+    def stopping(self) -> bool:
+        """Must every live node of this job stop now?"""
+        return self.state in (J.STOPPING, J.SUCCEEDED, J.FAILED, J.STOPPED)
+
+
+@dataclass
+class _Wait:
+    kind: str  # "cluster", "stop", "job", "watch"
+    job: str
+    deadline: float
+    executor_id: int = -1
+    attempt: int = -1
+    version: int = 0
+    brief: bool = False
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, counting NaN equal to NaN (a loss of NaN sent with every heartbeat is no change)."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, keeping its start and its end (where a
+    traceback says what went wrong) and saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    budget = limit - 64  # the marker below is shorter than 64 characters
+    head = budget // 3
+    tail = budget - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut} characters left out ...]\n{text[len(text) - tail :]}"
+
+
+# -- the state machine --------------------------------------------------------------------
+
+
+class CoordinatorState:
+    """Every job the coordinator holds. Mutated only through :meth:`handle`."""
+
+    def __init__(
+        self, keep_finished: int = KEEP_FINISHED_JOBS, keep_finished_s: float = KEEP_FINISHED_S
+    ) -> None:
+        self.keep_finished = keep_finished
+        self.keep_finished_s = keep_finished_s
+        self.jobs: dict[str, Job] = {}
+        #: Finished jobs in the order they ended (oldest first): the ones to forget first.
+        self._finished: deque[str] = deque()
+        self._waits: dict[Waiter, _Wait] = {}
+        # job -> wait kind -> waiters: waking one kind never scans the others (a 10,000-node
+        # job has 10,000 cluster waits while its nodes register).
+        self._waits_by_job: dict[str, dict[str, set[Waiter]]] = {}
+        # (job, kind, executor id) -> waiters of one node: superseding or losing a node
+        # answers its own waits without scanning the job's.
+        self._waits_by_node: dict[tuple[str, str, int], set[Waiter]] = {}
+        # Per connection, so a disconnect touches only what that connection held.
+        self._waits_by_conn: dict[int, set[Waiter]] = {}
+        self._nodes_by_conn: dict[int, set[tuple[str, int]]] = {}
+        # (host, gpu id) -> (job, executor id) for live nodes; two nodes on one host
+        # must never drive the same GPU.
+        self._gpu_owner: dict[tuple[str, str], tuple[str, int]] = {}
+        self._timers: list[tuple[float, int, tuple[Any, ...]]] = []
+        self._seq = itertools.count()
+        self._effects: list[Effect] = []
+        self._dispatch = {
+            SubmitJob: self._submit,
+            RegisterNode: self._register,
+            ReportNode: self._report,
+            HeartbeatNode: self._heartbeat,
+            AwaitClusterEvent: self._await_cluster,
+            AwaitStopEvent: self._await_stop,
+            AwaitJobEvent: self._await_job,
+            StopJobEvent: self._stop_job,
+            StatusEvent: self._status,
+            Disconnected: self._disconnected,
+            Tick: self._tick,
+            NodeLost: self._node_lost,
+            ReservationExpired: self._reservation_expired,
+            Recovered: self._recovered,
+            EngineTaskUpdate: self._engine_task_update,
+            EngineJobFailed: self._engine_job_failed,
+        }
+
+    # -- public -------------------------------------------------------------------------
+
+    def handle(self, event: Event) -> list[Effect]:
+        """Apply one event; return the effects to carry out, in order."""
+        self._effects = []
+        self._dispatch[type(event)](event)  # type: ignore[operator]
+        effects, self._effects = self._effects, []
+        return effects
+
+    def next_deadline(self) -> float | None:
+        """The earliest time at which a :class:`Tick` may change something."""
+        return self._timers[0][0] if self._timers else None
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        """A JSON-able snapshot of one job (raises KeyError if unknown)."""
+        job = self.jobs[job_id]
+        return {
+            "job": job.id, "name": job.spec.name, "engine": job.spec.engine,
+            "state": job.state.value, "version": job.version, "size": job.spec.size,
+            "roles": [[r, c] for r, c in job.spec.roles], "labels": dict(job.spec.labels),
+            "submitted_at": job.submitted_at, "ended_at": job.ended_at,
+            "error": job.error, "stop_reason": job.stop_reason,
+            "registered": job.filled,
+            "missing": [self._describe_missing(job, s) for s in job.missing()],
+            "nodes": [n.snapshot() for n in job.nodes()],
+            "history": [n.snapshot() for s in job.slots for n in s.history],
+            "events": [[t, text] for t, text in job.events],
+            "cluster": self.cluster_spec(job) if job.spec_blob is not None else None,
+        }  # fmt: skip
+
+    def brief(self, job_id: str) -> dict[str, Any]:
+        """A job's status without its nodes, history and timeline: the same keys for the
+        job itself, ``running`` and ``missing_count``, and only the first
+        ``BRIEF_MISSING`` missing slots. Its size does not grow with the job."""
+        job = self.jobs[job_id]
+        shown = itertools.islice((s for s in job.slots if s.node is None), BRIEF_MISSING)
+        return {
+            "job": job.id, "name": job.spec.name, "engine": job.spec.engine,
+            "state": job.state.value, "version": job.version, "size": job.spec.size,
+            "submitted_at": job.submitted_at, "ended_at": job.ended_at,
+            "error": job.error, "stop_reason": job.stop_reason,
+            "registered": job.filled, "running": job.in_state.get(N.RUNNING, 0),
+            "missing": [self._describe_missing(job, s) for s in shown],
+            "missing_count": job.spec.size - job.filled, "brief": True,
+        }  # fmt: skip
+
+    def summary(self) -> list[dict[str, Any]]:
+        return [
+            {"job": j.id, "name": j.spec.name, "engine": j.spec.engine, "state": j.state.value,
+             "size": j.spec.size, "registered": j.filled,
+             "submitted_at": j.submitted_at, "ended_at": j.ended_at, "error": j.error}
+            for j in self.jobs.values()
+        ]  # fmt: skip
+
+    @staticmethod
+    def cluster_spec(job: Job) -> dict[str, list[str]]:
+        """Role → addresses ordered by task index, as TF_CONFIG's ``cluster`` wants."""
+        spec: dict[str, list[str]] = {}
+        for s in job.slots:
+            assert s.node is not None
+            host = f"[{s.node.host}]" if ":" in s.node.host else s.node.host  # IPv6, as TensorFlow wants it
+            spec.setdefault(s.role, []).append(f"{host}:{s.node.port}")
+        return spec
+
+    def validate(self) -> None:
+        """Check every invariant; raise AssertionError naming the broken one."""
+        live_gpus: dict[tuple[str, str], tuple[str, int]] = {}
+        for job in self.jobs.values():
+            assert [(s.role, s.index) for s in job.slots] == job.spec.slots(), job.id
+            assert job.filled == sum(1 for s in job.slots if s.node is not None), job.id
+            assert job.terminal == (job.ended_at is not None), (job.id, job.state)
+            if job.state in (J.READY, J.RUNNING) or (job.spec_blob is not None):
+                assert job.spec_blob is not None and not job.missing(), job.id
+            if job.state == J.FAILED:
+                assert job.error, job.id
+            if job.state == J.SUCCEEDED:
+                assert all(n.state == N.SUCCEEDED for n in job.nodes() if job.decides(n.role)), job.id
+            counted: dict[NodeState, int] = {}
+            for n in job.nodes():
+                counted[n.state] = counted.get(n.state, 0) + 1
+            assert {k: v for k, v in job.in_state.items() if v} == counted, (job.id, job.in_state)
+            assert job.decided == sum(
+                1 for n in job.nodes() if n.state == N.SUCCEEDED and job.decides(n.role)
+            ), job.id
+            if job.state == J.RUNNING:
+                assert all(n.state != N.REGISTERED for n in job.nodes()), job.id
+            for s in job.slots:
+                if s.node is not None:
+                    n = s.node
+                    assert (n.role, n.index) == (s.role, s.index), (job.id, n.executor_id)
+                    assert all(h.attempt <= n.attempt for h in s.history), (job.id, n.executor_id)
+                    assert n.live == (n.ended_at is None), (job.id, n.executor_id, n.state)
+                    if n.live:
+                        for g in n.gpus:
+                            assert (n.host, g) not in live_gpus, (n.host, g)
+                            live_gpus[(n.host, g)] = (job.id, n.executor_id)
+                for h in s.history:
+                    assert not h.live, (job.id, h.executor_id)
+        assert live_gpus == self._gpu_owner, "GPU owner index out of step with live nodes"
+        finished = [self.jobs[i] for i in self._finished]
+        assert len(finished) == len(set(self._finished)) == sum(1 for j in self.jobs.values() if j.terminal)
+        assert all(j.terminal for j in finished), "a job in the finished queue is not finished"
+        for w, wait in self._waits.items():
+            assert wait.job in self.jobs or wait.kind == "job", w
+            assert w in self._waits_by_job.get(wait.job, {}).get(wait.kind, ()), w
+            if wait.executor_id >= 0:
+                assert w in self._waits_by_node[(wait.job, wait.kind, wait.executor_id)], w
+        assert sum(len(ws) for ws in self._waits_by_node.values()) == sum(
+            1 for wait in self._waits.values() if wait.executor_id >= 0
+        ), "per-node wait index out of step"
+        for job_id, kinds in self._waits_by_job.items():
+            for kind, ws in kinds.items():
+                assert ws and all(self._waits[w].kind == kind for w in ws), (job_id, kind)
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _send(self, waiter: Waiter | None, msg: m.Message) -> None:
+        if waiter is not None:
+            self._effects.append(Send(waiter[0], msg))
+
+    def _reply(self, waiter: Waiter | None, **result: Any) -> None:
+        if waiter is not None:
+            self._send(waiter, m.Reply(id=waiter[1], result=result))
+
+    def _error(self, waiter: Waiter | None, code: str, message: str) -> None:
+        if waiter is not None:
+            self._send(waiter, m.Error(id=waiter[1], code=code, message=clip(message, MAX_MESSAGE_LEN)))
+
+    def _journal(self, event: Event) -> None:
+        self._effects.append(Journal(event))
+
+    def _note(self, job: Job, now: float, text: str, node: str = "", state: str = "") -> None:
+        job.events.append((now, text))
+        job.version += 1
+        self._effects.append(Log(job.id, text, node, state))
+
+    def _timer(self, when: float, key: tuple[Any, ...]) -> None:
+        heapq.heappush(self._timers, (when, next(self._seq), key))
+
+    def _arm_node(self, job: Job, node: Node) -> None:
+        """(Re)arm the liveness deadline of a live node, keeping one authoritative entry.
+
+        Lazily: a deadline that moves later (every heartbeat) leaves the earlier entry in
+        place, and when that fires ``_tick`` re-arms from the node's real deadline. Pushing
+        an entry per heartbeat instead kept heartbeat_timeout_s of them alive per node
+        (150,000 at 10,000 nodes), and the collector's passes over them stalled the loop
+        for 100-250 ms.
+        """
+        deadline = node.last_seen + job.spec.heartbeat_timeout_s
+        if node.disconnected_at is not None:
+            deadline = min(deadline, node.disconnected_at + job.spec.reconnect_grace_s)
+        if node.timer is None or deadline < node.timer:
+            node.timer = deadline
+            self._timer(deadline, ("node", job.id, node.executor_id, node.attempt))
+
+    def _bind(self, job: Job, node: Node, conn: int | None) -> None:
+        """Note that ``node`` now speaks through connection ``conn`` (it is connected)."""
+        if conn is not None:
+            node.conn, node.disconnected_at = conn, None
+            self._nodes_by_conn.setdefault(conn, set()).add((job.id, node.executor_id))
+
+    def _add_wait(self, waiter: Waiter, wait: _Wait) -> None:
+        self._waits[waiter] = wait
+        self._waits_by_job.setdefault(wait.job, {}).setdefault(wait.kind, set()).add(waiter)
+        self._waits_by_conn.setdefault(waiter[0], set()).add(waiter)
+        if wait.executor_id >= 0:
+            self._waits_by_node.setdefault((wait.job, wait.kind, wait.executor_id), set()).add(waiter)
+        self._timer(wait.deadline, ("wait", waiter))
+
+    def _pop_wait(self, waiter: Waiter) -> _Wait | None:
+        wait = self._waits.pop(waiter, None)
+        if wait is not None:
+            conn_waits = self._waits_by_conn.get(waiter[0])
+            if conn_waits is not None:
+                conn_waits.discard(waiter)
+            if wait.executor_id >= 0:
+                key = (wait.job, wait.kind, wait.executor_id)
+                mine = self._waits_by_node[key]
+                mine.discard(waiter)
+                if not mine:
+                    del self._waits_by_node[key]
+            kinds = self._waits_by_job[wait.job]
+            kinds[wait.kind].discard(waiter)
+            if not kinds[wait.kind]:
+                del kinds[wait.kind]
+                if not kinds:
+                    del self._waits_by_job[wait.job]
+        return wait
+
+    def _job_waits(self, job_id: str, kind: str) -> list[Waiter]:
+        return list(self._waits_by_job.get(job_id, {}).get(kind, ()))
+
+    def _node_waits(self, job_id: str, kind: str, executor_id: int) -> list[Waiter]:
+        return list(self._waits_by_node.get((job_id, kind, executor_id), ()))
+
+    def _job_or_error(self, job_id: str, waiter: Waiter | None) -> Job | None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            self._error(waiter, "unknown_job", f"no job {job_id!r} on this coordinator; "
+                        "check the job id (tfcoord status lists them)")  # fmt: skip
+        return job
+
+    def _set_job(self, job: Job, event: str, now: float) -> None:
+        new = _next(JOB_TRANSITIONS, job.state, event)
+        old, job.state = job.state, new
+        self._note(job, now, f"job {old.value} -> {new.value}", state=new.value)
+        if new in TERMINAL_JOB:
+            job.ended_at = now
+            self._finished.append(job.id)
+            # Forgetting waits for a Tick: this job's own waiters are answered first.
+            self._timer(now + self.keep_finished_s, ("forget",))
+            if len(self._finished) > self.keep_finished:
+                oldest = self.jobs[self._finished[0]]
+                assert oldest.ended_at is not None
+                self._timer(max(now, oldest.ended_at + FORGET_GRACE_S), ("forget",))
+
+    def _forget_old(self, now: float) -> None:
+        """Forget finished jobs past their age, or beyond the count once past the grace."""
+        while self._finished:
+            oldest = self.jobs[self._finished[0]]
+            assert oldest.ended_at is not None
+            if oldest.ended_at + self.keep_finished_s > now:  # not too old: too many?
+                if len(self._finished) <= self.keep_finished:
+                    return
+                if oldest.ended_at + FORGET_GRACE_S > now:
+                    self._timer(oldest.ended_at + FORGET_GRACE_S, ("forget",))
+                    return
+            self._finished.popleft()
+            del self.jobs[oldest.id]
+            for kind in list(self._waits_by_job.get(oldest.id, {})):  # none should be left; be sure
+                for w in self._job_waits(oldest.id, kind):
+                    self._pop_wait(w)
+            self._effects.append(Forget(oldest.id))
+
+    @staticmethod
+    def _count(job: Job, node: Node, delta: int) -> None:
+        """Count ``node`` (in its present state) into its slot (+1) or out of it (-1)."""
+        job.in_state[node.state] = job.in_state.get(node.state, 0) + delta
+        if node.state == N.SUCCEEDED and job.decides(node.role):
+            job.decided += delta
+
+    def _set_node(self, job: Job, node: Node, event: str, now: float, detail: str = "") -> None:
+        new = _next(NODE_TRANSITIONS, node.state, event)
+        self._count(job, node, -1)
+        node.state = new
+        self._count(job, node, +1)
+        if new in TERMINAL_NODE:
+            node.ended_at = now
+            node.timer = None
+            for g in node.gpus:
+                if self._gpu_owner.get((node.host, g)) == (job.id, node.executor_id):
+                    del self._gpu_owner[(node.host, g)]
+        self._note(job, now, f"{node.name} {new.value}" + (f": {detail}" if detail else ""),
+                   node=node.name, state=new.value)  # fmt: skip
+
+    @staticmethod
+    def _tolerated(job: Job, node: Node) -> bool:
+        return node.role in job.spec.tolerate_failure
+
+    @staticmethod
+    def _executor_id(job: Job, slot: Slot) -> int:
+        """The slot's executor id, from the template (``JobSpec.slots`` numbers slots in order).
+
+        Not ``job.slots.index(slot)``: that compares dataclasses one by one, which made the
+        status of a large reserving job quadratic (seconds at 2,000 slots, on the loop).
+        """
+        offset = 0
+        for role, count in job.spec.roles:
+            if role == slot.role:
+                return offset + slot.index
+            offset += count
+        raise KeyError(f"role {slot.role!r} is not in job {job.id}'s template")
+
+    def _missing_lines(self, job: Job) -> list[str]:
+        """Every missing slot, for a message: slots that never registered (and of which the
+        engine said nothing) as ranges per role, the others one by one, at most
+        ``MAX_MISSING_LINES`` lines (then how many more, and where to see them)."""
+        lines: list[str] = []
+        run: list[Slot] = []  # consecutive never-registered slots of one role
+
+        def close_run() -> None:
+            if run:
+                first, last = run[0], run[-1]
+                e0, e1 = self._executor_id(job, first), self._executor_id(job, last)
+                if first is last:
+                    lines.append(f"{first.role}:{first.index} (executor {e0}): never registered")
+                else:
+                    lines.append(f"{first.role}:{first.index}-{last.index} (executors {e0}-{e1}): "
+                                 "never registered")  # fmt: skip
+                run.clear()
+
+        for slot in job.missing():
+            plain = not slot.history and slot.task is None
+            if plain and run and run[-1].role == slot.role and run[-1].index + 1 == slot.index:
+                run.append(slot)
+                continue
+            close_run()
+            if plain:
+                run.append(slot)
+            else:
+                lines.append(self._describe_missing(job, slot))
+        close_run()
+        if len(lines) > MAX_MISSING_LINES:
+            more = len(lines) - MAX_MISSING_LINES
+            lines = [*lines[:MAX_MISSING_LINES],
+                     f"... and {more} more (tfcoord status {job.id} lists every slot)"]  # fmt: skip
+        return lines
+
+    def _describe_missing(self, job: Job, slot: Slot) -> str:
+        text = f"{slot.role}:{slot.index} (executor {self._executor_id(job, slot)})"
+        engine = f"; {slot.task.describe(job.spec.engine)}" if slot.task is not None else ""
+        if not slot.history:
+            return text + ": never registered" + engine
+        last = slot.history[-1]
+        where = f"host {last.host}" + (f", task {last.task_id}" if last.task_id else "")
+        return (
+            f"{text}: attempt {last.attempt} registered from {where}, then {last.state.value}"
+            + (f" ({last.error})" if last.error else "")
+            + engine
+        )
+
+    # -- job level ----------------------------------------------------------------------
+
+    def _submit(self, ev: SubmitJob) -> None:
+        existing = self.jobs.get(ev.job)
+        if existing is not None:
+            if existing.spec == ev.spec:  # a driver resending after a reconnect
+                self._reply(ev.waiter, job=ev.job, state=existing.state.value, created=False)
+            else:
+                self._error(ev.waiter, "job_exists", f"job {ev.job!r} already exists with a "
+                            "different spec; pick another job id")  # fmt: skip
+            return
+        job = Job(
+            id=ev.job, spec=ev.spec, submitted_at=ev.now,
+            slots=[Slot(role, i) for role, i in ev.spec.slots()],
+        )  # fmt: skip
+        self.jobs[ev.job] = job
+        self._journal(SubmitJob(now=ev.now, job=ev.job, spec=ev.spec))
+        self._note(job, ev.now, f"submitted: {', '.join(f'{c} {r}' for r, c in ev.spec.roles)}",
+                   state=job.state.value)  # fmt: skip
+        self._timer(ev.now + ev.spec.reservation_timeout_s, ("reserve", job.id))
+        self._reply(ev.waiter, job=ev.job, state=job.state.value, created=True)
+
+    def _fail_job(self, job: Job, now: float, error: str) -> None:
+        if job.terminal:
+            return
+        job.error = error
+        self._set_job(job, "fail", now)
+        self._job_ended(job, now)
+
+    def _job_ended(self, job: Job, now: float) -> None:
+        """Tell everyone waiting on a job that just reached a terminal state."""
+        self._refuse_cluster_waits(job)
+        self._wake_stops(job)
+        self._wake_watchers(job)
+
+    def _refuse_cluster_waits(self, job: Job) -> None:
+        """A job that fails or stops before its cluster forms never will: say so to its waiters."""
+        for w in self._job_waits(job.id, "cluster"):
+            self._pop_wait(w)
+            self._error(w, "job_" + job.state.value.lower(),
+                        f"job {job.id} is {job.state.value}: {job.error or job.stop_reason}")  # fmt: skip
+
+    def _refuse_node_waits(self, job: Job, node: Node, code: str, message: str) -> None:
+        for w in self._node_waits(job.id, "cluster", node.executor_id):
+            wait = self._waits[w]
+            if wait.attempt == node.attempt:
+                self._pop_wait(w)
+                self._error(w, code, message)
+
+    def _wake_stops(self, job: Job, executor_id: int | None = None) -> None:
+        """Answer the stop waits whose answer is now "stop": every one of a stopping job,
+        else only those of ``executor_id`` (its node was superseded or its slot freed; no
+        other node's answer changed)."""
+        if executor_id is not None:
+            waits = self._node_waits(job.id, "stop", executor_id)
+        elif job.stopping():
+            waits = self._job_waits(job.id, "stop")
+        else:
+            return
+        for w in waits:
+            wait = self._waits[w]
+            node = self._node(job, wait.executor_id)
+            if node is None or node.attempt != wait.attempt or self._must_stop(job, node):
+                self._pop_wait(w)
+                self._reply(w, **self._stop_answer(job, node, wait.attempt))
+
+    def _wake_watchers(self, job: Job) -> None:
+        wake = self._job_waits(job.id, "job") if job.terminal else []
+        wake += [w for w in self._job_waits(job.id, "watch") if job.version > self._waits[w].version]
+        answers: dict[bool, dict[str, Any]] = {}  # each form built once, however many wait
+        for w in wake:
+            wait = self._pop_wait(w)
+            assert wait is not None
+            if wait.brief not in answers:
+                answers[wait.brief] = self.brief(job.id) if wait.brief else self.status(job.id)
+            self._reply(w, **answers[wait.brief])
+
+    def _stop_job(self, ev: StopJobEvent) -> None:
+        job = self._job_or_error(ev.job, ev.waiter)
+        if job is None:
+            return
+        live = [n for n in job.nodes() if n.live]
+        result = {"job": job.id, "nodes": [n.describe() for n in live], "dry_run": ev.dry_run}
+        if job.terminal or ev.dry_run or job.state == J.STOPPING:
+            self._reply(ev.waiter, state=job.state.value, **result)
+            return
+        self._journal(StopJobEvent(now=ev.now, job=ev.job, reason=ev.reason))
+        job.stop_reason = ev.reason or "stop requested"
+        self._set_job(job, "stop", ev.now)
+        self._refuse_cluster_waits(job)
+        self._maybe_stopped(job, ev.now)
+        self._wake_stops(job)
+        self._wake_watchers(job)
+        self._reply(ev.waiter, state=job.state.value, **result)
+
+    def _maybe_stopped(self, job: Job, now: float) -> None:
+        if job.state == J.STOPPING and job.live_nodes() == 0:
+            self._set_job(job, "stopped", now)
+            self._job_ended(job, now)
+
+    def _maybe_succeeded(self, job: Job, now: float) -> None:
+        if job.state not in (J.READY, J.RUNNING):
+            return
+        deciding = job.deciding()
+        if deciding and job.decided == deciding:
+            self._set_job(job, "succeed", now)
+            self._job_ended(job, now)
+
+    def _reservation_expired(self, ev: ReservationExpired) -> None:
+        job = self.jobs.get(ev.job)
+        if job is None or job.state not in (J.SUBMITTED, J.RESERVING):
+            return
+        self._journal(ev)
+        lines = [f"  - {line}" for line in self._missing_lines(job)]
+        self._fail_job(
+            job, ev.now,
+            f"reservation timed out after {job.spec.reservation_timeout_s:g} s: "
+            f"{job.spec.size - job.filled} of {job.spec.size} slots not filled:\n" + "\n".join(lines),
+        )  # fmt: skip
+
+    # -- node level ---------------------------------------------------------------------
+
+    @staticmethod
+    def _node(job: Job, executor_id: int) -> Node | None:
+        if 0 <= executor_id < len(job.slots):
+            return job.slots[executor_id].node
+        return None
+
+    def _node_or_error(
+        self, job_id: str, executor_id: int, attempt: int, waiter: Waiter | None
+    ) -> tuple[Job, Node] | None:
+        job = self._job_or_error(job_id, waiter)
+        if job is None:
+            return None
+        node = self._node(job, executor_id)
+        if node is None:
+            self._error(waiter, "not_registered", f"executor {executor_id} of job {job_id} is not "
+                        "registered; call register first")  # fmt: skip
+            return None
+        if node.attempt != attempt:
+            self._error(waiter, "stale_attempt", f"executor {executor_id} of job {job_id} is now "
+                        f"attempt {node.attempt}; attempt {attempt} was superseded and must exit")  # fmt: skip
+            return None
+        return job, node
+
+    def _register(self, ev: RegisterNode) -> None:
+        r = ev.req
+        job = self._job_or_error(r.job, ev.waiter)
+        if job is None:
+            return
+        if job.terminal or job.state == J.STOPPING:
+            self._error(ev.waiter, "job_" + job.state.value.lower(),
+                        f"job {job.id} is {job.state.value} and takes no registrations: "
+                        f"{job.error or job.stop_reason}")  # fmt: skip
+            return
+        if r.executor_id >= len(job.slots):
+            self._error(ev.waiter, "bad_slot", f"executor {r.executor_id} is out of range: job {job.id} "
+                        f"has {len(job.slots)} slots (executors 0..{len(job.slots) - 1})")  # fmt: skip
+            return
+        slot = job.slots[r.executor_id]
+        cur = slot.node
+        if cur is not None:
+            same = (cur.host, cur.port, cur.task_id, cur.gpus) == (r.host, r.port, r.task_id, r.gpus)
+            if r.attempt == cur.attempt:
+                if same:  # the same node again, after a reconnect: the same answer, nothing changes
+                    if cur.live:
+                        self._bind(job, cur, ev.conn)
+                        cur.last_seen = ev.now
+                        self._arm_node(job, cur)
+                    self._reply(ev.waiter, **self._registration(job, cur))
+                    return
+                if cur.live:
+                    self._error(ev.waiter, "duplicate",
+                                f"slot {cur.name} of job {job.id} is already held by {cur.describe()}; "
+                                f"two live nodes claim executor {r.executor_id} (is the executor id unique? "
+                                "check that no other driver or application submits under this job id)")  # fmt: skip
+                    return
+                self._error(ev.waiter, "already_terminal", f"{cur.describe()} already ended "
+                            f"{cur.state.value}; a new attempt must use a higher attempt number")  # fmt: skip
+                return
+            elif r.attempt < cur.attempt:
+                self._error(ev.waiter, "stale_attempt", f"executor {r.executor_id} of job {job.id} is "
+                            f"already at attempt {cur.attempt}; attempt {r.attempt} must exit")  # fmt: skip
+                return
+            elif job.state not in (J.SUBMITTED, J.RESERVING):
+                # A TensorFlow cluster cannot change membership once its spec is out.
+                self._journal(RegisterNode(now=ev.now, req=r))
+                self._fail_job(job, ev.now,
+                               f"{cur.describe()} was restarted as attempt {r.attempt} on host {r.host} "
+                               "after the cluster was formed; a TensorFlow cluster cannot change "
+                               "membership, so the job fails (resubmit it)")  # fmt: skip
+                self._error(ev.waiter, "job_failed", job.error)
+                return
+        newest = max((h.attempt for h in slot.history), default=-1)
+        if cur is None and r.attempt < newest:
+            self._error(ev.waiter, "stale_attempt", f"executor {r.executor_id} of job {job.id} already "
+                        f"had attempt {newest}; attempt {r.attempt} must exit")  # fmt: skip
+            return
+        gpu_clash = [(g, self._gpu_owner[(r.host, g)]) for g in r.gpus if (r.host, g) in self._gpu_owner]
+        gpu_clash = [(g, o) for g, o in gpu_clash if o != (job.id, r.executor_id)]
+        if gpu_clash:
+            g, (oj, oe) = gpu_clash[0]
+            self._error(ev.waiter, "gpu_conflict",
+                        f"GPU {g} on host {r.host} is already claimed by executor {oe} of job {oj}; "
+                        "give each node its own GPU (Spark: spark.task.resource.gpu.amount, "
+                        "or set CUDA_VISIBLE_DEVICES per executor)")  # fmt: skip
+            return
+        self._journal(RegisterNode(now=ev.now, req=r))
+        if cur is not None:  # a newer attempt, or a replacement for a lost node
+            if cur.live:
+                self._set_node(job, cur, "stopped", ev.now, f"superseded by attempt {r.attempt}")
+                cur.error = f"superseded by attempt {r.attempt}"
+                self._refuse_node_waits(
+                    job, cur, "stale_attempt", f"{cur.describe()} was superseded by attempt {r.attempt}"
+                )
+            slot.history.append(cur)
+            self._count(job, cur, -1)
+        role, index = slot.role, slot.index
+        node = Node(
+            executor_id=r.executor_id, attempt=r.attempt, role=role, index=index, host=r.host,
+            port=r.port, gpus=r.gpus, task_id=r.task_id, meta=dict(r.meta),
+            registered_at=ev.now, last_seen=ev.now,
+        )  # fmt: skip
+        self._bind(job, node, ev.conn)
+        if slot.node is None:
+            job.filled += 1
+        slot.node = node
+        self._count(job, node, +1)
+        for g in node.gpus:
+            self._gpu_owner[(node.host, g)] = (job.id, node.executor_id)
+        if job.state == J.SUBMITTED:
+            self._set_job(job, "register", ev.now)
+        self._note(job, ev.now, f"{node.name} REGISTERED from {node.host}:{node.port}"
+                   + (f" (task {node.task_id})" if node.task_id else ""),
+                   node=node.name, state=node.state.value)  # fmt: skip
+        self._arm_node(job, node)
+        self._wake_stops(job, r.executor_id)  # a superseded attempt waiting for stop learns it now
+        if job.filled == len(job.slots):
+            self._cluster_complete(job, ev.now)
+        self._wake_watchers(job)
+        self._reply(ev.waiter, **self._registration(job, node))
+
+    @staticmethod
+    def _registration(job: Job, node: Node) -> dict[str, Any]:
+        return {"job": job.id, "role": node.role, "index": node.index, "size": job.spec.size,
+                "heartbeat_timeout_s": job.spec.heartbeat_timeout_s, "state": job.state.value}  # fmt: skip
+
+    def _cluster_complete(self, job: Job, now: float) -> None:
+        job.spec_blob = encode_spec(self.cluster_spec(job))  # once; every node gets these bytes
+        self._set_job(job, "complete", now)
+        for node in job.nodes():
+            if node.state == N.REGISTERED:
+                self._set_node(job, node, "ready", now)
+        for w in self._job_waits(job.id, "cluster"):
+            wait = self._pop_wait(w)
+            assert wait is not None
+            node = self._node(job, wait.executor_id)
+            if node is not None and node.attempt == wait.attempt:
+                self._send(w, m.ClusterReply(id=w[1], role=node.role, index=node.index, spec=job.spec_blob))
+            else:
+                self._error(w, "stale_attempt", f"executor {wait.executor_id} attempt {wait.attempt} "
+                            "was replaced before the cluster formed")  # fmt: skip
+
+    def _await_cluster(self, ev: AwaitClusterEvent) -> None:
+        r = ev.req
+        found = self._node_or_error(r.job, r.executor_id, r.attempt, ev.waiter)
+        if found is None:
+            return
+        job, node = found
+        self._bind(job, node, ev.conn)
+        if job.spec_blob is not None and not (job.terminal and job.state != J.SUCCEEDED):
+            self._send(
+                ev.waiter,
+                m.ClusterReply(id=ev.waiter[1], role=node.role, index=node.index, spec=job.spec_blob),
+            )
+        elif job.terminal or job.state == J.STOPPING:
+            self._error(ev.waiter, "job_" + job.state.value.lower(),
+                        f"job {job.id} is {job.state.value}: {job.error or job.stop_reason}")  # fmt: skip
+        elif not node.live:
+            self._error(
+                ev.waiter, "node_" + node.state.value.lower(), f"{node.describe()} is {node.state.value}"
+            )
+        else:
+            self._add_wait(
+                ev.waiter, _Wait("cluster", job.id, ev.now + r.timeout_s, r.executor_id, r.attempt)
+            )
+
+    def _report(self, ev: ReportNode) -> None:
+        r = ev.req
+        found = self._node_or_error(r.job, r.executor_id, r.attempt, ev.waiter)
+        if found is None:
+            return
+        job, node = found
+        if ev.conn is not None:
+            self._bind(job, node, ev.conn)
+            node.last_seen = ev.now
+        if not node.live:
+            if node.state.value.lower() == r.state:  # the same report resent: same answer
+                self._reply(ev.waiter, state=node.state.value, job_state=job.state.value)
+            else:
+                self._error(ev.waiter, "already_terminal",
+                            f"{node.describe()} is already {node.state.value}; it cannot become {r.state}")  # fmt: skip
+            return
+        if r.state == "running" and job.spec_blob is None:
+            self._error(ev.waiter, "not_ready", f"{node.describe()} cannot run before the cluster "
+                        "is complete; call await_cluster first")  # fmt: skip
+            return
+        if r.state == "running" and node.state == N.RUNNING:
+            if self._update_meta(job, node, r.meta):
+                self._journal(ReportNode(now=ev.now, req=r))
+            self._reply(ev.waiter, state=node.state.value, job_state=job.state.value)
+            return
+        self._journal(ReportNode(now=ev.now, req=r))
+        self._update_meta(job, node, r.meta)
+        if r.state == "running":
+            self._set_node(job, node, "running", ev.now)
+            if job.state == J.READY and not job.in_state.get(N.REGISTERED) and not job.in_state.get(N.READY):
+                self._set_job(job, "run", ev.now)
+        elif r.state == "succeeded":
+            self._set_node(job, node, "succeeded", ev.now)
+            self._maybe_succeeded(job, ev.now)
+            self._maybe_stopped(job, ev.now)
+        elif r.state == "failed":
+            node.error = r.error if r.error.strip() else "failed without an error message"
+            self._set_node(job, node, "failed", ev.now, node.error.strip().splitlines()[-1][:200])
+            self._node_down(job, node, ev.now, f"{node.describe()} failed:\n{node.error}")
+        else:  # stopped
+            if job.stopping() or self._must_stop(job, node):
+                self._set_node(job, node, "stopped", ev.now)
+                self._maybe_stopped(job, ev.now)
+            else:
+                node.error = r.error if r.error.strip() else "stopped although no stop was requested"
+                self._set_node(job, node, "failed", ev.now, node.error)
+                self._node_down(job, node, ev.now, f"{node.describe()} stopped unasked: {node.error}")
+        self._wake_stops(job)
+        self._wake_watchers(job)
+        self._reply(ev.waiter, state=node.state.value, job_state=job.state.value)
+
+    def _node_down(self, job: Job, node: Node, now: float, error: str) -> None:
+        """A node failed or was lost: the job fails unless its role is tolerated."""
+        if job.terminal:
+            return
+        if job.state in (J.SUBMITTED, J.RESERVING) and node.state == N.LOST:
+            # Still reserving: free the slot so a retry (Spark task retry, Mesos relaunch) can
+            # take it; the reservation deadline names it if nothing comes.
+            slot = job.slots[node.executor_id]
+            slot.history.append(node)
+            slot.node = None
+            job.filled -= 1
+            self._count(job, node, -1)
+            self._refuse_node_waits(job, node, "node_lost", f"{node.describe()} was LOST: {node.error}")
+            return
+        if self._tolerated(job, node):
+            self._maybe_succeeded(job, now)
+            return
+        if job.state == J.STOPPING and node.state == N.LOST:
+            self._maybe_stopped(job, now)
+            return
+        self._fail_job(job, now, error)
+
+    def _must_stop(self, job: Job, node: Node) -> bool:
+        if job.stopping():
+            return True
+        cur = self._node(job, node.executor_id)
+        return cur is not node
+
+    def _stop_answer(self, job: Job, node: Node | None, attempt: int) -> dict[str, Any]:
+        if node is None or node.attempt != attempt:
+            return {"stop": True, "reason": f"attempt {attempt} was superseded", "job_state": job.state.value}
+        if job.stopping():
+            reason = job.error or job.stop_reason or f"job {job.state.value}"
+            if job.state == J.SUCCEEDED:
+                reason = "the job succeeded; its remaining nodes stop"
+            return {"stop": True, "reason": reason, "job_state": job.state.value}
+        return {"stop": False, "reason": "", "job_state": job.state.value}
+
+    def _heartbeat(self, ev: HeartbeatNode) -> None:
+        r = ev.req
+        job = self._job_or_error(r.job, ev.waiter)
+        if job is None:
+            return
+        node = self._node(job, r.executor_id)
+        if node is not None and node.attempt == r.attempt:
+            self._bind(job, node, ev.conn)
+            node.last_seen = ev.now
+            if node.live:
+                self._arm_node(job, node)
+            if self._update_meta(job, node, r.meta):
+                self._journal(HeartbeatNode(now=ev.now, req=r))
+        elif node is None or node.attempt < r.attempt:
+            self._error(ev.waiter, "not_registered", f"executor {r.executor_id} attempt {r.attempt} "
+                        f"of job {job.id} is not registered; register first")  # fmt: skip
+            return
+        self._reply(ev.waiter, **self._stop_answer(job, node, r.attempt))
+
+    def _update_meta(self, job: Job, node: Node, meta: Mapping[str, Any]) -> bool:
+        """Merge what a node says about itself; True (and watchers woken) if anything changed."""
+        if all(_same(node.meta.get(k), v) for k, v in meta.items()):
+            return False
+        node.meta.update(meta)
+        job.version += 1
+        self._wake_watchers(job)
+        return True
+
+    def _await_stop(self, ev: AwaitStopEvent) -> None:
+        r = ev.req
+        job = self._job_or_error(r.job, ev.waiter)
+        if job is None:
+            return
+        node = self._node(job, r.executor_id)
+        answer = self._stop_answer(job, node, r.attempt)
+        if answer["stop"] or (node is not None and not node.live):
+            self._reply(ev.waiter, **answer)
+        else:
+            self._add_wait(ev.waiter, _Wait("stop", job.id, ev.now + r.timeout_s, r.executor_id, r.attempt))
+
+    def _await_job(self, ev: AwaitJobEvent) -> None:
+        r = ev.req
+        job = self._job_or_error(r.job, ev.waiter)
+        if job is None:
+            return
+        if isinstance(r, m.WatchJob):
+            if job.version > r.version or job.terminal:
+                self._reply(ev.waiter, **(self.brief(job.id) if r.brief else self.status(job.id)))
+            else:
+                self._add_wait(
+                    ev.waiter, _Wait("watch", job.id, ev.now + r.timeout_s, version=r.version, brief=r.brief)
+                )
+        elif job.terminal:
+            self._reply(ev.waiter, **self.status(job.id))
+        else:
+            self._add_wait(ev.waiter, _Wait("job", job.id, ev.now + r.timeout_s))
+
+    def _status(self, ev: StatusEvent) -> None:
+        if ev.job is None:
+            self._reply(ev.waiter, jobs=self.summary())
+        elif self._job_or_error(ev.job, ev.waiter) is not None:
+            self._reply(ev.waiter, **self.status(ev.job))
+
+    # -- engines ------------------------------------------------------------------------
+
+    def _engine_task_update(self, ev: EngineTaskUpdate) -> None:
+        job = self.jobs.get(ev.job)
+        if job is None or job.terminal or not 0 <= ev.executor_id < len(job.slots):
+            return  # the job's story is over (or never began): nothing to record
+        slot = job.slots[ev.executor_id]
+        node = slot.node
+        if node is not None and node.task_id != ev.task_id:
+            return  # about a task this slot no longer runs
+        self._journal(ev)
+        slot.task = EngineTask(ev.task_id, ev.state, ev.message)
+        name = f"{slot.role}:{slot.index}"
+        self._note(job, ev.now, f"{name} {slot.task.describe(job.spec.engine)}")
+        if ev.ended:
+            what = f"{job.spec.engine} task {ev.task_id} ended {ev.state}" + (
+                f": {ev.message}" if ev.message else ""
+            )
+            if node is None:
+                if not job.stopping():
+                    self._fail_job(
+                        job, ev.now, f"{name} (executor {ev.executor_id}) never registered: {what}"
+                    )
+            elif node.live:
+                node.error = what
+                if job.stopping():  # it was told to stop; the engine ending its task is how it did
+                    self._set_node(job, node, "stopped", ev.now, what)
+                    self._maybe_stopped(job, ev.now)
+                else:
+                    self._set_node(job, node, "failed", ev.now, what)
+                    self._node_down(job, node, ev.now, f"{node.describe()} failed: {what}")
+                self._wake_stops(job)
+        self._wake_watchers(job)
+
+    def _engine_job_failed(self, ev: EngineJobFailed) -> None:
+        job = self.jobs.get(ev.job)
+        if job is None or job.terminal:
+            return
+        self._journal(ev)
+        self._fail_job(job, ev.now, ev.reason)
+
+    # -- time and connections ------------------------------------------------------------
+
+    def _disconnected(self, ev: Disconnected) -> None:
+        for w in self._waits_by_conn.pop(ev.conn, ()):
+            self._pop_wait(w)
+        for job_id, executor_id in self._nodes_by_conn.pop(ev.conn, ()):
+            job = self.jobs.get(job_id)
+            if job is None:  # forgotten since
+                continue
+            node = self._node(job, executor_id)
+            if node is not None and node.conn == ev.conn and node.live and not job.terminal:
+                node.conn, node.disconnected_at = None, ev.now
+                self._arm_node(job, node)
+
+    def _recovered(self, ev: Recovered) -> None:
+        self._timer(ev.now, ("forget",))  # what aged while the coordinator was down
+        for job in self.jobs.values():
+            if not job.terminal:
+                self._timer(job.submitted_at + job.spec.reservation_timeout_s, ("reserve", job.id))
+            for node in job.nodes():
+                if node.live:
+                    # The restart cost every node its connection; give each the full heartbeat
+                    # timeout to come back rather than the short reconnect grace.
+                    node.conn, node.disconnected_at, node.last_seen = None, None, ev.now
+                    node.timer = None
+                    self._arm_node(job, node)
+
+    def _tick(self, ev: Tick) -> None:
+        while self._timers and self._timers[0][0] <= ev.now:
+            when, _, key = heapq.heappop(self._timers)
+            kind = key[0]
+            if kind == "wait":
+                self._wait_expired(key[1], ev.now)
+            elif kind == "reserve":
+                job = self.jobs.get(key[1])
+                if job is not None and job.state in (J.SUBMITTED, J.RESERVING):
+                    self._reservation_expired(ReservationExpired(now=ev.now, job=job.id))
+            elif kind == "forget":
+                self._forget_old(ev.now)
+            else:
+                _, job_id, executor_id, attempt = key
+                job = self.jobs.get(job_id)
+                if job is None:  # forgotten since
+                    continue
+                node = self._node(job, executor_id)
+                if node is None or node.attempt != attempt or not node.live or node.timer != when:
+                    continue  # superseded entry (lazy deletion)
+                node.timer = None
+                self._arm_node(job, node)
+                if node.timer is not None and node.timer <= ev.now:
+                    if (
+                        node.disconnected_at is not None
+                        and ev.now >= node.disconnected_at + job.spec.reconnect_grace_s
+                    ):
+                        reason = (f"connection lost and not re-established within "
+                                  f"{job.spec.reconnect_grace_s:g} s (process or host died?)")  # fmt: skip
+                    else:
+                        reason = f"no heartbeat for {job.spec.heartbeat_timeout_s:g} s (process hung or host unreachable?)"
+                    self._node_lost(
+                        NodeLost(
+                            now=ev.now, job=job_id, executor_id=executor_id, attempt=attempt, reason=reason
+                        )
+                    )
+
+    def _wait_expired(self, waiter: Waiter, now: float) -> None:
+        wait = self._waits.get(waiter)
+        if wait is None or wait.deadline > now:
+            return
+        self._pop_wait(waiter)
+        job = self.jobs.get(wait.job)
+        if wait.kind == "cluster" and job is not None:
+            missing = "; ".join(self._missing_lines(job))
+            self._error(waiter, "timeout", f"cluster of job {job.id} not complete before the deadline; "
+                        f"still missing: {missing}")  # fmt: skip
+        elif wait.kind == "stop" and job is not None:
+            self._reply(waiter, stop=False, reason="", job_state=job.state.value)
+        elif wait.kind == "watch" and job is not None:
+            self._reply(waiter, **(self.brief(job.id) if wait.brief else self.status(job.id)))
+        elif job is not None:
+            self._error(waiter, "timeout", f"job {job.id} is still {job.state.value} at the deadline")
+
+    def _node_lost(self, ev: NodeLost) -> None:
+        job = self.jobs.get(ev.job)
+        node = self._node(job, ev.executor_id) if job else None
+        if job is None or node is None or node.attempt != ev.attempt or not node.live:
+            return
+        self._journal(
+            NodeLost(now=ev.now, job=ev.job, executor_id=ev.executor_id, attempt=ev.attempt, reason=ev.reason)
+        )
+        node.error = ev.reason
+        self._set_node(job, node, "lost", ev.now, ev.reason)
+        self._node_down(job, node, ev.now, f"{node.describe()} was lost: {ev.reason}")
+        self._wake_stops(job, ev.executor_id)  # its slot may have been freed
+        self._wake_stops(job)
+        self._wake_watchers(job)

@@ -1,0 +1,497 @@
+"""A node's feed server and the ``DataFeed`` its ``map_fun`` reads (TensorFlowOnSpark's ``TFNode.DataFeed``).
+
+The supervisor binds the feed port before it registers (advertising it as
+``feed_address``) and the forked ``map_fun`` process inherits the listening socket, so
+feeders that connect early simply wait in the backlog. Inside ``map_fun``'s process a
+:class:`FeedServer` accepts feeding tasks (one thread per connection, reading batches
+into a :class:`~tfcoord.node.feedqueue.FeedQueue` per queue name), and a watchdog
+thread sends keepalives and fails the feeders of a queue whose consumer stalled for
+``feed_timeout``. :class:`DataFeed` is the consumer's view: ``next_batch``,
+``batch_results``, ``should_stop``, ``terminate``, and ``dataset`` for tf.data.
+
+Stopping comes in three strengths:
+
+* ``eof`` (the driver's ``shutdown``): the feed ends once the partitions being fed are done;
+* ``stop`` (the job is stopping): feeders are told to send nothing more; what they already
+  handed over is still consumed, then ``should_stop()`` turns true;
+* ``terminate`` (``DataFeed.terminate()``): as ``stop``, and what is queued is dropped
+  (TensorFlowOnSpark drains its queue the same way); the node also asks the coordinator
+  to stop the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfcoord.client import auth
+
+from . import feedwire as fw
+from .feedqueue import FeedQueue
+
+log = logging.getLogger("tfcoord.feed")
+
+#: A feeder must say hello this soon after connecting; a live one does in milliseconds.
+HANDSHAKE_TIMEOUT_S = 10.0
+#: How often the watchdog looks for a stalled consumer: well under the smallest useful
+#: feed_timeout (1 s), so a stall is reported within a fifth of a second of the deadline.
+WATCHDOG_PERIOD_S = 0.2
+#: Queue names are short identifiers (TensorFlowOnSpark's defaults: input, output, error).
+MAX_QNAME_LEN = 64
+#: How long ``next_batch`` sleeps between looks when nothing arrives (woken on any arrival).
+WAIT_SLICE_S = 1.0
+#: A feeder may be silent for long (its partition's upstream is slow), so feed connections
+#: have no read timeout; TCP keepalive finds a feeder whose host died (idle, interval,
+#: probes: about 25 s) so its partition does not hold the queue open forever.
+KEEPALIVE_PROBE = (10, 5, 3)
+
+
+@dataclass
+class _Conn:
+    pid: int
+    sock: socket.socket
+    qname: str
+    train: bool
+    feed_timeout_s: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Records taken by the consumer whose results have not come back (inference).
+    owed: int = 0
+
+    def send(self, frame: bytes) -> None:
+        try:
+            with self.lock:
+                self.sock.sendall(frame)
+        except OSError:
+            pass  # the feeder went away; its reader thread cleans up
+
+
+class FeedServer:
+    """Serves feeding tasks on an already listening socket, inside ``map_fun``'s process.
+
+    Args:
+        listener: a listening TCP socket (inherited from the supervisor).
+        token: the job token feeders must prove they hold.
+        job: the job id feeders must name.
+        node: how errors name this node (``worker:0 (executor 1, host h)``).
+        on_terminate: called once with a reason when ``DataFeed.terminate()`` runs, to ask
+            the coordinator to stop the job.
+    """
+
+    def __init__(self, listener: socket.socket, token: bytes, job: str, node: str,
+                 on_terminate: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        self._listener = listener
+        self._token = token
+        self._job = job
+        self.node = node
+        self._on_terminate = on_terminate
+        self._cond = threading.Condition()
+        self._queues: dict[str, FeedQueue] = {}
+        self._conns: dict[int, _Conn] = {}
+        self._progress_at: dict[str, float] = {}
+        self._next_pid = 0
+        self._eof = False
+        self._stopped = ""  # why the node takes no more data
+        self._failed = ""  # map_fun's traceback, once it failed
+        self._closed = threading.Event()
+        self.terminated = False
+
+    def start(self) -> FeedServer:
+        for target, name in (
+            (self._accept_loop, "tfcoord-feed-accept"),
+            (self._watchdog, "tfcoord-feed-watchdog"),
+        ):
+            threading.Thread(target=target, name=name, daemon=True).start()
+        return self
+
+    # -- consumer side (DataFeed) -------------------------------------------------------------
+
+    def queue(self, name: str) -> FeedQueue:
+        q = self._queues.get(name)
+        if q is None:
+            q = self._queues[name] = FeedQueue(name)
+            if self._eof or self._stopped:
+                q.set_eof()
+        return q
+
+    def take(
+        self, qname: str, n: int, partition_bound: bool
+    ) -> tuple[list[Any], list[tuple[int, int]], bool]:
+        """Block for the next batch: (records, segments, end of feed)."""
+        records: list[Any] = []
+        segments: list[tuple[int, int]] = []
+        while True:
+            with self._cond:
+                q = self.queue(qname)
+                t = q.take(n - len(records), partition_bound=partition_bound, have=len(records))
+                if t.records or t.finished:
+                    self._progress_at[qname] = time.monotonic()
+                records += t.records
+                for pid, k in t.segments:
+                    c = self._conns.get(pid)
+                    if c is not None and not c.train:
+                        c.owed += k
+                    if segments and segments[-1][0] == pid:
+                        segments[-1] = (pid, segments[-1][1] + k)
+                    else:
+                        segments.append((pid, k))
+                effects = [(self._conns.get(pid), fw.encode("credit", n=k)) for pid, k in t.credits.items()]
+                effects += [(self._conns.get(pid), fw.encode("done")) for pid in t.finished]
+                over = len(records) >= n or t.eof or (partition_bound and records and t.finished)
+                if not over and not effects:
+                    self._cond.wait(WAIT_SLICE_S)
+            for conn, frame in effects:  # outside the lock: a send may block on a slow feeder
+                if conn is not None:
+                    conn.send(frame)
+            if over:
+                return records, segments, t.eof
+
+    def results(self, segments: list[tuple[int, int]], results: list[Any]) -> None:
+        """Send the results of the last batch back to the feeders its records came from."""
+        total = sum(k for _, k in segments)
+        if len(results) != total:
+            raise ValueError(f"batch_results got {len(results)} results for a batch of {total} records: "
+                             "return exactly one result per record, in order")  # fmt: skip
+        i = 0
+        for pid, k in segments:
+            chunk, i = results[i : i + k], i + k
+            with self._cond:
+                conn = self._conns.get(pid)
+                if conn is None or conn.train:
+                    continue
+                conn.owed -= k
+                self._progress_at[conn.qname] = time.monotonic()
+            for frame in _result_frames(chunk):
+                conn.send(frame)
+
+    def stop(self, reason: str, *, drop: bool = False) -> None:
+        """Take no more data: feeders are told to stop; queued records stay unless ``drop``."""
+        with self._cond:
+            if not self._stopped:
+                self._stopped = reason or "the node takes no more data"
+            for q in self._queues.values():
+                if drop:
+                    q.clear()
+                else:
+                    for pid in q.partitions:
+                        q.end(pid)
+                q.set_eof()
+            conns = list(self._conns.values())
+            self._cond.notify_all()
+        frame = fw.encode("stop", reason=self._stopped)
+        for c in conns:
+            c.send(frame)
+
+    def terminate(self, reason: str = "") -> None:
+        reason = reason or f"DataFeed.terminate() on {self.node}"
+        first = not self.terminated
+        self.terminated = True
+        self.stop(reason, drop=True)
+        if first and self._on_terminate is not None:
+            self._on_terminate(reason)
+
+    def end_of_feed(self) -> None:
+        with self._cond:
+            self._eof = True
+            for q in self._queues.values():
+                q.set_eof()
+            self._cond.notify_all()
+
+    def fail(self, error: str) -> None:
+        """map_fun failed: every feeder of this node hears why (then the process exits)."""
+        with self._cond:
+            self._failed = error
+            conns = list(self._conns.values())
+        frame = fw.encode(
+            "error", code="node_failed", message=_tail(f"map_fun on {self.node} failed:\n{error}")
+        )
+        for c in conns:
+            c.send(frame)
+
+    def close(self) -> None:
+        """Accept no more feeders and drop the connections still open (they see the feed end)."""
+        self._closed.set()
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+        with self._cond:
+            conns = list(self._conns.values())
+        for c in conns:
+            try:
+                c.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    # -- feeder side ---------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), name="tfcoord-feed-conn", daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        conn: _Conn | None = None
+        f = sock.makefile("rb", buffering=1 << 20)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _keepalive(sock)
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            nonce = auth.new_nonce()
+            sock.sendall(fw.encode("challenge", version=fw.FEED_VERSION, nonce=nonce))
+            hello = fw.read_frame(f)
+            refused = self._check_hello(hello, nonce)
+            if refused:
+                sock.sendall(fw.encode("error", code="refused", message=refused))
+                return
+            assert hello is not None
+            if hello["kind"] == "eof":
+                self.end_of_feed()
+                sock.sendall(fw.encode("welcome", credit=0, node=self.node))
+                return
+            if hello["kind"] == "stop":
+                self.stop(str(hello.get("reason", "")) or "the job is stopping")
+                sock.sendall(fw.encode("welcome", credit=0, node=self.node))
+                return
+            with self._cond:
+                if self._failed:
+                    early = fw.encode("error", code="node_failed",
+                                      message=_tail(f"map_fun on {self.node} failed:\n{self._failed}"))  # fmt: skip
+                elif self._stopped:
+                    early = fw.encode("stop", reason=self._stopped)
+                else:
+                    early = b""
+                    pid, self._next_pid = self._next_pid, self._next_pid + 1
+                    conn = _Conn(
+                        pid, sock, hello["qname"], bool(hello["train"]), float(hello["feed_timeout_s"])
+                    )
+                    self._conns[pid] = conn
+                    q = self.queue(conn.qname)
+                    q.open(pid)
+                    self._progress_at.setdefault(conn.qname, time.monotonic())
+            if early:
+                sock.sendall(early)
+                return
+            assert conn is not None
+            sock.settimeout(None)
+            conn.send(fw.encode("welcome", credit=fw.WINDOW_BATCHES, node=self.node))
+            self._read_partition(conn, f)
+        except (OSError, fw.FeedError, ValueError, KeyError) as e:
+            log.debug("feed connection ended: %s", e)
+        finally:
+            if conn is not None:
+                with self._cond:
+                    self._conns.pop(conn.pid, None)
+                    dropped = self.queue(conn.qname).drop(conn.pid)
+                    self._cond.notify_all()
+                if dropped:
+                    log.warning("a feeder of %s left with %d records of its partition untaken; dropped",
+                                self.node, dropped)  # fmt: skip
+            f.close()  # the socket is closed only once its file is
+            sock.close()
+
+    def _check_hello(self, hello: Mapping[str, Any] | None, nonce: bytes) -> str:
+        if hello is None or hello.get("op") != "hello":
+            return "expected a hello frame"
+        if hello.get("version") != fw.FEED_VERSION:
+            return f"feed protocol version {hello.get('version')!r} is not {fw.FEED_VERSION}: upgrade tfcoord"
+        proof = hello.get("proof")
+        job = hello.get("job")
+        if job != self._job or not isinstance(proof, bytes):
+            return f"this node belongs to job {self._job}, not {job!r}"
+        if not auth.verify(fw.feed_proof(self._token, nonce, self._job), proof):
+            return "the feeder's proof does not match this job's token"
+        if hello.get("kind") not in ("feed", "eof", "stop"):
+            return f"unknown hello kind {hello.get('kind')!r}"
+        if hello["kind"] == "feed":
+            qname, timeout = hello.get("qname"), hello.get("feed_timeout_s")
+            if not isinstance(qname, str) or not 0 < len(qname) <= MAX_QNAME_LEN:
+                return f"queue name must be 1-{MAX_QNAME_LEN} characters"
+            if (
+                not isinstance(timeout, (int, float))
+                or isinstance(timeout, bool)
+                or not 0 < timeout <= 7 * 86400
+            ):
+                return "feed_timeout_s must be a positive number of seconds"
+            if not isinstance(hello.get("train"), bool):
+                return "train must be true or false"
+        return ""
+
+    def _read_partition(self, conn: _Conn, f: Any) -> None:
+        while True:
+            frame = fw.read_frame(f)
+            if frame is None:
+                return
+            op = frame["op"]
+            if op == "batch":
+                records = frame.get("records")
+                if not isinstance(records, list):
+                    raise fw.FeedError("a batch frame must carry a list of records")
+                with self._cond:
+                    if self._stopped or conn.pid not in self._queues[conn.qname]:
+                        continue  # told to stop; batches already in flight are not taken
+                    q = self._queues[conn.qname]
+                    if not q.buffered:  # the consumer's clock starts when data waits for it
+                        self._progress_at[conn.qname] = time.monotonic()
+                    q.put(conn.pid, records)
+                    self._cond.notify_all()
+            elif op == "end":
+                with self._cond:
+                    if conn.pid in self._queues[conn.qname]:
+                        self._queues[conn.qname].end(conn.pid)
+                    self._cond.notify_all()
+            else:
+                raise fw.FeedError(f"unexpected feed frame {op!r}")
+
+    def _watchdog(self) -> None:
+        next_keepalive = time.monotonic() + fw.KEEPALIVE_S
+        keepalive = fw.encode("keepalive")
+        while not self._closed.wait(WATCHDOG_PERIOD_S):
+            now = time.monotonic()
+            stalled: list[tuple[_Conn, bytes]] = []
+            with self._cond:
+                for qname, q in self._queues.items():
+                    conns = [c for c in self._conns.values() if c.qname == qname]
+                    if not conns:
+                        continue
+                    waiting, owed = q.buffered, sum(c.owed for c in conns)
+                    if not waiting and not owed:
+                        continue
+                    timeout = min(c.feed_timeout_s for c in conns)
+                    idle = now - self._progress_at.get(qname, now)
+                    if idle < timeout:
+                        continue
+                    what = (f"took no records from queue {qname!r} for {idle:.1f} s while {waiting} were waiting"
+                            if waiting else f"returned no results for {owed} records of queue {qname!r} "
+                            f"for {idle:.1f} s")  # fmt: skip
+                    message = (f"feed_timeout ({timeout:g} s): {self.node} {what}; is map_fun reading "
+                               f"ctx.get_data_feed(qname_in={qname!r}) until should_stop()?")  # fmt: skip
+                    frame = fw.encode("error", code="feed_timeout", message=message)
+                    for c in conns:
+                        q.drop(c.pid)
+                        del self._conns[c.pid]
+                        stalled.append((c, frame))
+            for c, frame in stalled:
+                c.send(frame)
+                try:
+                    c.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            if now >= next_keepalive:
+                next_keepalive = now + fw.KEEPALIVE_S
+                with self._cond:
+                    conns = list(self._conns.values())
+                for c in conns:
+                    c.send(keepalive)
+
+
+def _result_frames(results: list[Any]) -> list[bytes]:
+    """``results`` frames holding ``results`` in order, each within the frame limit."""
+    try:
+        return [fw.encode("results", results=results)]
+    except (TypeError, ValueError) as e:
+        raise fw.UnsupportedRecord(
+            f"inference results cannot be sent back: {e}; return None, bools, numbers, str, bytes, "
+            "lists or dicts (numpy: .tolist())"
+        ) from None
+    except fw.FeedError:  # too large for one frame: halve until each half fits
+        if len(results) == 1:
+            raise fw.FeedError(
+                f"one inference result is over the {fw.MAX_FRAME_BYTES}-byte frame limit"
+            ) from None
+        half = len(results) // 2
+        return _result_frames(results[:half]) + _result_frames(results[half:])
+
+
+def _keepalive(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    opts = ("TCP_KEEPIDLE", "TCP_KEEPINTVL", "TCP_KEEPCNT")
+    for name, value in zip(opts, KEEPALIVE_PROBE, strict=True):
+        if hasattr(socket, name):  # Linux; elsewhere the system's defaults apply
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+
+
+def _tail(text: str, limit: int = 64 * 1024) -> str:
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+class DataFeed:
+    """What ``map_fun`` reads fed data from (TensorFlowOnSpark's ``TFNode.DataFeed``).
+
+    Args:
+        server: the node's feed server (``ctx.mgr``).
+        train_mode: batches may run across partitions; with False (inference) a batch
+            never spans two partitions, and ``batch_results`` must follow each batch.
+        qname_in: the queue to read (``cluster.train(..., qname=...)``).
+        qname_out: accepted for compatibility; results go back to the feeding task directly.
+        input_mapping: ``{column: tensor_name}``; when given, ``next_batch`` returns
+            ``{tensor_name: [values]}`` with columns taken in sorted column order.
+    """
+
+    def __init__(self, server: FeedServer, train_mode: bool = True, qname_in: str = "input",
+                 qname_out: str = "output", input_mapping: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        if not isinstance(server, FeedServer):
+            raise RuntimeError("this node has no data feed: start the cluster with input_mode=InputMode.SPARK "
+                               "and feed it with cluster.train() or cluster.inference()")  # fmt: skip
+        self.server = server
+        self.train_mode = train_mode
+        self.qname_in = qname_in
+        self.qname_out = qname_out
+        self.input_tensors = [t for _, t in sorted(input_mapping.items())] if input_mapping else None
+        self.done_feeding = False
+        self._segments: list[tuple[int, int]] = []
+
+    def next_batch(self, batch_size: int) -> Any:
+        """Up to ``batch_size`` records; fewer at the end of the feed (or of a partition, inference).
+
+        Blocks until records arrive or the feed ends.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        records, self._segments, eof = self.server.take(self.qname_in, batch_size, not self.train_mode)
+        if eof:
+            self.done_feeding = True
+        if self.input_tensors is None:
+            return records
+        return {t: [r[i] for r in records] for i, t in enumerate(self.input_tensors)}
+
+    def should_stop(self) -> bool:
+        """True once the feed has ended (shutdown, a stop, or ``terminate``)."""
+        return self.done_feeding
+
+    def batch_results(self, results: Any) -> None:
+        """Return one result per record of the last batch, in order (inference)."""
+        self.server.results(self._segments, list(results))
+
+    def terminate(self) -> None:
+        """Stop the feed early: feeders stop, queued records are dropped, the job is asked to stop."""
+        self.server.terminate()
+        self.done_feeding = True
+
+    def records(self, batch_size: int = 1024) -> Iterator[Any]:
+        """Every fed record, one at a time, until the feed ends."""
+        while not self.should_stop():
+            batch = self.next_batch(batch_size)
+            yield from batch if self.input_tensors is None else zip(*batch.values(), strict=True)
+
+    def dataset(self, output_signature: Any, batch_size: int = 1024) -> Any:
+        """The feed as a ``tf.data.Dataset`` of single records (``from_generator``).
+
+        ``output_signature`` describes one record, e.g.
+        ``(tf.TensorSpec((), tf.float32), tf.TensorSpec((), tf.int64))``. Batch the
+        dataset yourself; training mode only (inference needs ``batch_results``).
+        """
+        import tensorflow as tf
+
+        def gen() -> Iterator[Any]:
+            for r in self.records(batch_size):
+                yield tuple(r) if isinstance(r, list) else r
+
+        return tf.data.Dataset.from_generator(gen, output_signature=output_signature)

@@ -1,0 +1,187 @@
+"""The feeding side: a Spark task streaming one partition to its TensorFlow node.
+
+The driver builds a :class:`FeedPlan` once per ``train``/``inference`` call from the
+nodes' advertised ``feed_address`` (the coordinator holds it in node metadata) and the
+plan travels to the tasks in their closure; each task picks its node by partition index
+(:func:`feedwire.assign`). See :mod:`tfcoord.node.feedwire` for the exchange itself.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from . import feedwire as fw
+
+
+@dataclass(frozen=True)
+class FeedTarget:
+    """A node that takes fed data: how errors name it, and where its feed port is."""
+
+    node: str
+    address: str
+
+
+@dataclass(frozen=True)
+class FeedPlan:
+    """Everything a feeding task needs; pickled into its closure."""
+
+    job: str
+    token: bytes
+    targets: tuple[FeedTarget, ...]
+    qname: str = "input"
+    train: bool = True
+    feed_timeout_s: float = 600.0
+
+    def target(self, partition: int) -> FeedTarget:
+        return self.targets[fw.assign(partition, len(self.targets))]
+
+
+def _handshake(sock: socket.socket, f: Any, plan: FeedPlan, target: FeedTarget, kind: str,
+               **fields: Any) -> dict[str, Any]:  # fmt: skip
+    challenge = fw.read_frame(f)
+    if challenge is None or challenge["op"] != "challenge" or not isinstance(challenge.get("nonce"), bytes):
+        raise fw.FeedError(f"{target.node} at {target.address} did not answer like a tfcoord feed port")
+    sock.sendall(fw.encode("hello", version=fw.FEED_VERSION, job=plan.job, kind=kind,
+                           proof=fw.feed_proof(plan.token, challenge["nonce"], plan.job), **fields))  # fmt: skip
+    reply = fw.read_frame(f)
+    if reply is None:
+        raise fw.FeedError(
+            f"{target.node} at {target.address} closed the feed connection during the handshake"
+        )
+    if reply["op"] == "error":
+        if reply.get("code") == "node_failed":
+            raise fw.FeedError(str(reply.get("message", "")))
+        raise fw.FeedError(f"{target.node} refused the feed: {reply.get('message', '')}")
+    return reply
+
+
+def _open(target: FeedTarget) -> tuple[socket.socket, Any]:
+    try:
+        sock = fw.connect(target.address)
+    except OSError as e:
+        raise fw.FeedError(f"cannot reach the feed port of {target.node} at {target.address}: {e}; "
+                           "the node has ended or failed (see the job's status)") from None  # fmt: skip
+    return sock, sock.makefile("rb", buffering=1 << 16)
+
+
+def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any]:
+    """Stream ``records`` (partition ``partition``) to its node; yields results (inference).
+
+    Training feeds return once the node's consumer has reached the partition's end.
+
+    Raises:
+        FeedError: the node failed (the message carries its traceback), went away, or
+            refused the feed; FeedTimeout: its consumer stalled for ``feed_timeout``;
+            UnsupportedRecord: a record cannot travel (the message names the type).
+        FeedStopped: inference only, the node stopped taking data before every result came back.
+    """
+    target = plan.target(partition)
+    sock, f = _open(target)
+    state = fw.FeederState(node=target.node, qname=plan.qname, train=plan.train)
+    silence_s = plan.feed_timeout_s + fw.SILENCE_SLACK_S
+
+    def receive() -> list[Any]:
+        try:
+            frame = fw.read_frame(f)
+        except TimeoutError:
+            raise fw.FeedError(f"no word from {target.node}'s feed port at {target.address} (queue "
+                               f"{plan.qname!r}) for {silence_s:g} s: is the node still running?") from None  # fmt: skip
+        except OSError as e:
+            raise fw.FeedError(
+                f"lost the feed connection to {target.node} at {target.address}: {e}"
+            ) from None
+        if frame is None:
+            raise fw.FeedError(f"{target.node} closed the feed connection of queue {plan.qname!r} before the "
+                               "partition was consumed (its map_fun ended?)")  # fmt: skip
+        return state.handle(frame)
+
+    try:
+        sock.settimeout(fw.CONNECT_TIMEOUT_S)
+        try:
+            welcome = _handshake(sock, f, plan, target, "feed", partition=partition, qname=plan.qname,
+                                 train=plan.train, feed_timeout_s=float(plan.feed_timeout_s))  # fmt: skip
+        except OSError as e:  # accepted by the kernel, but the node's process ended meanwhile
+            raise fw.FeedError(f"{target.node} at {target.address} dropped the feed connection: {e}; "
+                               "the node has ended or failed (see the job's status)") from None  # fmt: skip
+        if welcome["op"] == "stop":
+            state.handle(welcome)
+        else:
+            state.credit = int(welcome.get("credit", 0))
+        sock.settimeout(silence_s)
+        packer = fw.BatchPacker()
+        for record in records:
+            out = packer.add(record)
+            if out is None:
+                continue
+            while not state.can_send and not state.stopped:
+                yield from receive()
+            if state.stopped:
+                break
+            _send(sock, out[0], target)
+            state.sent(out[1])
+        else:
+            out = packer.flush()
+            if out is not None and not state.stopped:
+                while not state.can_send and not state.stopped:
+                    yield from receive()
+                if not state.stopped:
+                    _send(sock, out[0], target)
+                    state.sent(out[1])
+            if not state.stopped:
+                _send(sock, fw.encode("end"), target)
+                state.ended = True
+        while not state.finished:
+            yield from receive()
+        if state.stopped and not plan.train:
+            raise fw.FeedStopped(f"{target.node} stopped taking data ({state.stopped}) before every result of "
+                                 f"the partition came back")  # fmt: skip
+    finally:
+        f.close()  # the socket is closed only once its file is
+        sock.close()
+
+
+def _send(sock: socket.socket, frame: bytes, target: FeedTarget) -> None:
+    try:
+        sock.sendall(frame)
+    except OSError as e:
+        raise fw.FeedError(f"lost the feed connection to {target.node} at {target.address}: {e}") from None
+
+
+def control(plan: FeedPlan, target: FeedTarget, kind: str, reason: str = "") -> None:
+    """Tell a node's feed ``eof`` (the feed is over) or ``stop`` (take no more data).
+
+    Raises:
+        FeedError: the node could not be reached or refused.
+    """
+    sock, f = _open(target)
+    try:
+        sock.settimeout(fw.CONNECT_TIMEOUT_S)
+        _handshake(sock, f, plan, target, kind, reason=reason[:1000])
+    except (OSError, fw.RemoteProtocolError) as e:
+        raise fw.FeedError(f"cannot tell {target.node} at {target.address} {kind}: {e}") from None
+    finally:
+        f.close()
+        sock.close()
+
+
+def train_partition(plan: FeedPlan) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
+    """The function ``mapPartitionsWithIndex`` runs to train: feed, yield nothing."""
+
+    def run(index: int, records: Iterable[Any]) -> Iterator[Any]:
+        for _ in feed(plan, index, records):
+            pass
+        return iter(())
+
+    return run
+
+
+def inference_partition(plan: FeedPlan) -> Callable[[int, Iterable[Any]], Iterator[Any]]:
+    """The function ``mapPartitionsWithIndex`` runs for inference: one result per record."""
+
+    def run(index: int, records: Iterable[Any]) -> Iterator[Any]:
+        return feed(plan, index, records)
+
+    return run

@@ -1,0 +1,345 @@
+"""The data-feed wire: how a Spark task streams a partition's records to a TensorFlow node.
+
+Theory of operation. Each node that trains (chief, master, worker) listens on a feed
+port of its own and advertises it as ``feed_address`` in its node metadata. The driver
+reads those addresses from the coordinator once per ``train``/``inference`` call and
+ships them to the feeding tasks, which pick their node by partition index
+(:func:`assign`, round-robin as TensorFlowOnSpark assigns). So a feeding task never
+needs to share a Python worker, or even an executor, with its node.
+
+One TCP connection carries one partition. Frames are those of the coordinator
+protocol (4-byte big-endian length, one msgpack map, the length checked before the
+body is read), but the ops are the feed's own::
+
+    node   → feeder  challenge {version, nonce}
+    feeder → node    hello     {version, job, proof, kind, partition, qname, train, feed_timeout_s}
+    node   → feeder  welcome   {credit, node}       or  error {code, message}
+    feeder → node    batch     {records}  ...  end
+    node   → feeder  credit {n} | results {results} | done | stop {reason} | keepalive | error
+
+``proof`` is the job token's HMAC over the node's nonce (:func:`tfcoord.client.auth.client_proof`
+with role ``feeder``): only tasks of the same job can feed a node. Flow control is by
+credit: a feeder may send one ``batch`` per credit; the node grants :data:`WINDOW_BATCHES`
+at ``welcome`` and one more each time its consumer has taken a whole batch, so a slow
+trainer bounds what is buffered at ``WINDOW_BATCHES`` batches per partition. ``done``
+says the consumer reached the partition's end; ``stop`` that the node takes no more data
+(the job is stopping, or ``DataFeed.terminate()``); ``keepalive`` keeps a feeder queued
+behind another partition from timing out while the node makes progress.
+
+Records travel as msgpack: None, bools, numbers, strings, bytes, lists/tuples and maps
+of those, with numpy arrays and scalars converted to lists and Python numbers. Anything
+else is refused with an error that names its type, rather than pickled: the feed port
+is reachable by anyone on the network, and unpickling is code execution.
+
+This module holds the pure parts (framing, batching, assignment, the feeder's credit
+state) and the blocking frame I/O both ends share.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import msgpack
+
+from tfcoord.client import auth
+from tfcoord.client.errors import RemoteProtocolError, TfcoordError
+from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, unpack
+
+#: Bumped on any incompatible change of the feed wire.
+FEED_VERSION = 1
+#: The largest frame either end accepts: the coordinator protocol's limit.
+MAX_FRAME_BYTES = DEFAULT_MAX_FRAME_BYTES
+#: A batch is closed at this many bytes: large enough that framing and per-frame Python
+#: work vanish next to the records (1M small records are ~250 frames), small enough that
+#: a window of them is a few MiB per partition.
+BATCH_BYTES = 256 * 1024
+#: ... or at this many records, so tiny records still flow in bounded steps.
+MAX_BATCH_RECORDS = 8192
+#: Batches a feeder may have in flight per partition before it needs more credit. Two
+#: keep the socket busy while the consumer works on the previous; four absorb jitter.
+WINDOW_BATCHES = 4
+#: A node tells queued feeders it is alive this often; a feeder that hears nothing for
+#: several of these (and its feed_timeout) gives up on the node.
+KEEPALIVE_S = 2.0
+#: What a feeder waits on top of ``feed_timeout`` before deciding the node itself is gone
+#: (the node's own watchdog reports a stalled consumer at ``feed_timeout``).
+SILENCE_SLACK_S = 3 * KEEPALIVE_S
+#: Connecting to a node's feed port: a listening node accepts in milliseconds.
+CONNECT_TIMEOUT_S = 10.0
+#: Roles that consume fed data (TensorFlowOnSpark feeds its training nodes).
+FEED_ROLES = ("chief", "master", "worker")
+#: The metadata key a node advertises its feed port under.
+FEED_META = "feed_address"
+
+_HEADER = struct.Struct(">I")
+
+
+class FeedError(TfcoordError):
+    """Feeding a partition to a node failed; the message names the node and the queue."""
+
+
+class FeedTimeout(FeedError, TimeoutError):
+    """A node took no records from its queue for ``feed_timeout`` seconds."""
+
+
+class FeedStopped(FeedError):
+    """The node takes no more data: its job is stopping or its feed was terminated."""
+
+
+class UnsupportedRecord(FeedError, TypeError):
+    """A record holds a value the feed cannot carry (the message names its type)."""
+
+
+def feed_proof(token: bytes, nonce: bytes, job: str) -> bytes:
+    """A feeder's proof that it holds the job token (the coordinator's HMAC scheme)."""
+    return auth.client_proof(token, nonce, "feeder", job)
+
+
+def assign(partition: int, num_nodes: int) -> int:
+    """Which feed node (0..num_nodes-1) receives ``partition``: round-robin by index."""
+    if num_nodes < 1:
+        raise ValueError("the cluster has no node that takes fed data (no chief, master or worker)")
+    if partition < 0:
+        raise ValueError(f"partition index {partition} is negative")
+    return partition % num_nodes
+
+
+def check_slots(slots: int, node_tasks: int, fed_nodes: int) -> None:
+    """Refuse to feed a cluster that could deadlock for want of Spark task slots.
+
+    Each node holds its task slot for as long as it runs, and a feeding task holds one
+    until its node has consumed the partition. Synchronous training
+    (MultiWorkerMirroredStrategy) blocks a node in every step until all nodes take part,
+    so every fed node needs a feeding task of its own running at once: with fewer free
+    slots than fed nodes, the nodes that got data block in their first all-reduce while
+    the feeding tasks of the others wait for a slot that never frees (FeedTimeout). Partitions
+    0..N-1 go to nodes 0..N-1 (:func:`assign`) and Spark starts a stage's tasks in
+    partition order, so N free slots start one feeder per node.
+
+    Args:
+        slots: the application's task slots (Spark's maxNumConcurrentTasks).
+        node_tasks: those the nodes hold (nodes run on executors, not on the driver).
+        fed_nodes: the chief, master and worker nodes, which each take a share of the data.
+
+    Raises:
+        ValueError: fewer free slots than fed nodes; the message says what to change.
+    """
+    free = slots - node_tasks
+    if free >= fed_nodes:
+        return
+    raise ValueError(
+        f"feeding needs {fed_nodes} free Spark task slot(s), one feeding task per fed node running at "
+        f"once (synchronous training waits for every node in each step), but the {node_tasks} TensorFlow "
+        f"node(s) hold {node_tasks} of the application's {slots} slot(s), leaving {max(free, 0)}. "
+        f"Give the application at least {node_tasks + fed_nodes} slots: e.g. spark.executor.cores=2 "
+        f"(each executor runs a node and a feeding task), or {node_tasks + fed_nodes} executors "
+        f"(spark.cores.max / spark.executor.instances) for the {node_tasks} node(s)"
+    )
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+def _default(obj: Any) -> Any:
+    """msgpack's hook for types it does not know: numpy in, plain Python out, else refuse."""
+    module = type(obj).__module__
+    if (module == "numpy" or module.startswith("numpy.")) and hasattr(obj, "tolist"):
+        return obj.tolist()  # ndarray → nested lists; numpy scalars → int/float/bool
+    raise UnsupportedRecord(
+        f"cannot feed a value of type {module}.{type(obj).__qualname__}: records must hold None, "
+        "bools, numbers, str, bytes, lists/tuples, dicts or numpy arrays (convert it in a map() first)"
+    )
+
+
+def _frame_head(op: str) -> bytes:
+    return msgpack.packb({"op": op}, use_bin_type=True)
+
+
+class BatchPacker:
+    """Packs records one at a time into ``batch`` frames of about :data:`BATCH_BYTES`.
+
+    ``add`` returns ``(frame, n_records)`` when a batch is complete, else None; ``flush``
+    returns the last partial one. Each record is encoded once, straight into the frame.
+    """
+
+    # A batch frame is the map {"op": "batch", "records": [...]}; its head is fixed.
+    _HEAD = b"\x82" + msgpack.packb("op") + msgpack.packb("batch") + msgpack.packb("records")
+    #: Room for the head and the array header inside a maximal frame.
+    _ROOM = MAX_FRAME_BYTES - 64
+
+    def __init__(self, batch_bytes: int = BATCH_BYTES, max_records: int = MAX_BATCH_RECORDS) -> None:
+        self._packer = msgpack.Packer(default=_default, use_bin_type=True, autoreset=True)
+        self._parts: list[bytes] = []
+        self._size = 0
+        self.batch_bytes = batch_bytes
+        self.max_records = max_records
+        self.records = 0  #: records packed so far, in all frames
+
+    def add(self, record: Any) -> tuple[bytes, int] | None:
+        try:
+            b = self._packer.pack(record)
+        except UnsupportedRecord:
+            raise
+        except (TypeError, ValueError, OverflowError) as e:
+            raise UnsupportedRecord(f"record {self.records} cannot be fed: {e}") from None
+        if len(b) > self._ROOM:
+            raise UnsupportedRecord(
+                f"record {self.records} is {len(b)} bytes packed; the feed's frame limit is "
+                f"{MAX_FRAME_BYTES} bytes: split it"
+            )
+        # A record that would overflow the frame closes the batch before it (rare: huge records).
+        out = self.flush() if self._parts and self._size + len(b) > self._ROOM else None
+        self._parts.append(b)
+        self._size += len(b)
+        self.records += 1
+        if out is None and (self._size >= self.batch_bytes or len(self._parts) >= self.max_records):
+            out = self.flush()
+        return out
+
+    def flush(self) -> tuple[bytes, int] | None:
+        if not self._parts:
+            return None
+        n = len(self._parts)
+        body = b"".join([self._HEAD, self._packer.pack_array_header(n), *self._parts])
+        self._parts = []
+        self._size = 0
+        return _HEADER.pack(len(body)) + body, n
+
+
+def batches(records: Iterable[Any], packer: BatchPacker | None = None) -> Iterator[tuple[bytes, int]]:
+    """(frame, records in it) for every batch of ``records``, in order."""
+    packer = packer or BatchPacker()
+    for r in records:
+        out = packer.add(r)
+        if out is not None:
+            yield out
+    out = packer.flush()
+    if out is not None:
+        yield out
+
+
+# -- frames -------------------------------------------------------------------------------
+
+
+def encode(op: str, **fields: Any) -> bytes:
+    """One frame holding ``{"op": op, **fields}``."""
+    body = msgpack.packb({"op": op, **fields}, use_bin_type=True)
+    if len(body) > MAX_FRAME_BYTES:
+        raise FeedError(f"a {op!r} frame of {len(body)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    return _HEADER.pack(len(body)) + body
+
+
+def read_frame(f: BinaryIO) -> dict[str, Any] | None:
+    """The next frame from a buffered socket file; None when the peer closed between frames.
+
+    Raises:
+        RemoteProtocolError: oversized, truncated or undecodable frame, or not a map with an op.
+        TimeoutError: the socket's timeout passed (the caller says what it waited for).
+    """
+    head = f.read(4)
+    if not head:
+        return None
+    if len(head) < 4:
+        raise RemoteProtocolError(f"feed connection closed inside a frame header ({len(head)} of 4 bytes)")
+    (size,) = _HEADER.unpack(head)
+    if size > MAX_FRAME_BYTES:
+        raise RemoteProtocolError(f"feed frame of {size} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+    body = f.read(size)
+    if len(body) < size:
+        raise RemoteProtocolError(f"feed connection closed inside a frame ({len(body)} of {size} bytes)")
+    obj = unpack(body, MAX_FRAME_BYTES)
+    if not isinstance(obj, dict) or not isinstance(obj.get("op"), str):
+        raise RemoteProtocolError("a feed frame must be a map with an 'op'")
+    return obj
+
+
+def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+# -- the feeder's side of flow control ------------------------------------------------------
+
+
+@dataclass
+class FeederState:
+    """What a feeder knows about its partition's exchange with the node, without I/O.
+
+    ``handle(frame)`` takes each frame from the node; ``sent(n)`` records a batch of ``n``
+    records going out. ``can_send`` says whether a credit is left; ``finished`` whether
+    the exchange is over (train: the node consumed the partition; inference: every
+    record's result is back).
+    """
+
+    node: str
+    qname: str
+    train: bool
+    credit: int = 0
+    records_sent: int = 0
+    ended: bool = False
+    done: bool = False
+    stopped: str = ""
+    results: list[Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.train:
+            self.results = []
+
+    @property
+    def can_send(self) -> bool:
+        return self.credit > 0 and not self.stopped
+
+    @property
+    def finished(self) -> bool:
+        if self.stopped:
+            return True
+        if not self.ended:
+            return False
+        if self.train:
+            return self.done
+        assert self.results is not None
+        return len(self.results) >= self.records_sent
+
+    def sent(self, n: int) -> None:
+        if self.credit <= 0:
+            raise FeedError(f"sent a batch to {self.node} without credit (a bug in the feeder)")
+        self.credit -= 1
+        self.records_sent += n
+
+    def handle(self, frame: dict[str, Any]) -> list[Any]:
+        """Apply one frame from the node; returns results that arrived (inference)."""
+        op = frame["op"]
+        if op == "credit":
+            n = frame.get("n")
+            if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= 1024:
+                raise RemoteProtocolError(f"credit frame from {self.node} has a bad count {n!r}")
+            self.credit += n
+        elif op == "results":
+            res = frame.get("results")
+            if not isinstance(res, list) or self.results is None:
+                raise RemoteProtocolError(f"{self.node} sent results to a training feed or not as a list")
+            if len(self.results) + len(res) > self.records_sent:
+                raise FeedError(
+                    f"{self.node} returned {len(self.results) + len(res)} results for "
+                    f"{self.records_sent} records of queue {self.qname!r}"
+                )
+            self.results.extend(res)
+            return res
+        elif op == "done":
+            self.done = True
+        elif op == "stop":
+            self.stopped = str(frame.get("reason", "")) or "the node takes no more data"
+        elif op == "error":
+            message = str(frame.get("message", ""))
+            if frame.get("code") == "feed_timeout":
+                raise FeedTimeout(message)
+            raise FeedError(f"{self.node} (queue {self.qname!r}): {message}")
+        elif op != "keepalive":
+            raise RemoteProtocolError(f"{self.node} sent an unexpected feed frame {op!r}")
+        return []

@@ -1,0 +1,747 @@
+"""The Spark driver API, in TensorFlowOnSpark's shapes: ``run``, ``parallel``, ``InputMode``.
+
+The driver only submits and awaits. ``run`` starts an embedded coordinator (unless
+``TFCOORD_ADDRESS`` or the ``coordinator`` argument names a running one), submits
+the job, launches one Spark task per node in a background thread, and returns once
+every node holds the cluster spec — or raises the moment the job fails, naming the
+node and carrying its traceback. ``SparkCluster.shutdown`` awaits the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+import time
+import traceback
+from typing import Any
+
+from tfcoord.client import DriverClient, JobFailed, JobSpec, TfcoordError, auth, make_roles
+from tfcoord.client.progress import WATCH_SLICE_S, describe
+
+from . import feedwire
+from .executor import NodeSpec, run_node, spark_partition
+from .feeder import FeedPlan, FeedTarget, control, inference_partition, train_partition
+from .tlsfiles import TlsFiles
+
+log = logging.getLogger("tfcoord.spark")
+
+#: Where executors reach the driver's embedded coordinator, when the driver host's
+#: default address is not routable from them (TFOS_SERVER_HOST is TensorFlowOnSpark's name).
+SERVER_HOST_ENVS = ("TFCOORD_SERVER_HOST", "TFOS_SERVER_HOST")
+#: Nodes told to stop terminate their map_fun within the executor's grace (5 s, or 10 s
+#: for a fed node that may finish its queue first); allow for Spark to notice the tasks
+#: ending before cancelling what is left.
+STOP_WAIT_S = 15.0
+#: After a feeding Spark job fails, how long to wait for the coordinator to hear of the
+#: node failure that caused it (the node reports right after its feeders hear it), so the
+#: driver raises the node's traceback rather than Spark's summary of the feeder's error.
+FEED_FAILURE_SETTLE_S = 10.0
+#: Job states in which a fed cluster still takes data.
+FEEDING_STATES = ("READY", "RUNNING")
+TERMINAL_STATES = ("SUCCEEDED", "FAILED", "STOPPED")
+LIVE_NODE_STATES = ("REGISTERED", "READY", "RUNNING")
+#: ``train(rdd, num_epochs=0)`` feeds this many epochs: TensorFlowOnSpark's choice for an
+#: unspecified count, kept so its code trains the same amount unchanged.
+DEFAULT_EPOCHS = 10
+RESERVATION_HINTS = (
+    "Usual causes: fewer Spark executors (or executor cores) than num_executors; dynamic "
+    "allocation on (set spark.dynamicAllocation.enabled=false); spark.task.cpus above the "
+    "executor's cores; other applications holding the cluster's cores."
+)
+
+
+class InputMode:
+    """How data reaches TensorFlow (TensorFlowOnSpark's names)."""
+
+    TENSORFLOW = 0  #: the TensorFlow code reads its own data
+    SPARK = 1  #: Spark feeds RDD partitions to the nodes (cluster.train / inference)
+
+
+def _coordinator(sc: Any, address: str | None, secret: bytes | None, tls: TlsFiles | None):
+    """(address, secret, TLS files or None, embedded-or-None) for this run."""
+    address = address or os.environ.get("TFCOORD_ADDRESS")
+    if address:
+        if secret is None:
+            path = os.environ.get("TFCOORD_SECRET_FILE")
+            if not path:
+                raise ValueError("TFCOORD_ADDRESS is set but TFCOORD_SECRET_FILE is not; set both, or neither "
+                                 "to use an embedded coordinator")  # fmt: skip
+            secret = auth.read_secret(path)
+        # A driver program configured like the CLI (TFCOORD_TLS_*) reaches the coordinator like it.
+        return address, secret, tls or TlsFiles.from_env(os.environ), None
+    if tls is not None:
+        raise ValueError("tls= is for a running coordinator that serves TLS: give its address too "
+                         "(coordinator= or TFCOORD_ADDRESS); the embedded coordinator speaks plain TCP")  # fmt: skip
+    from tfcoord.coordinator.embedded import start_embedded
+
+    host = next((os.environ[e] for e in SERVER_HOST_ENVS if os.environ.get(e)), None)
+    host = host or sc.getConf().get("spark.driver.host", None) or socket.gethostbyname(socket.gethostname())
+    embedded = start_embedded(host="0.0.0.0", advertise_host=host)
+    return embedded.address, embedded.secret, None, embedded
+
+
+def _default_fs(sc: Any) -> str:
+    fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS") or "file://"
+    return fs[:-1] if fs.startswith("file://") and len(fs) > 7 and fs.endswith("/") else fs
+
+
+def run(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, num_ps: int, tensorboard: bool = False,
+        input_mode: int = InputMode.TENSORFLOW, log_dir: str | None = None, driver_ps_nodes: bool = False,
+        master_node: str | None = None, reservation_timeout: float = 600,
+        queues: Any = ("input", "output", "error"), eval_node: bool = False, release_port: bool = True,
+        *, coordinator: str | None = None, secret: bytes | None = None, name: str = "",
+        tls: TlsFiles | None = None) -> SparkCluster:  # fmt: skip
+    """Start a TensorFlow cluster on Spark executors and run ``map_fun(tf_args, ctx)`` on each.
+
+    Returns once every node holds the cluster spec.
+
+    ``coordinator`` and ``secret`` (or ``TFCOORD_ADDRESS`` and ``TFCOORD_SECRET_FILE``) name
+    a running coordinator instead of an embedded one; ``tls`` (or ``TFCOORD_TLS_CA``,
+    ``TFCOORD_TLS_CERT``, ``TFCOORD_TLS_KEY``) the files to reach it over TLS, which the
+    driver and every node read (the paths must be valid where the nodes run).
+
+    Raises:
+        ValueError: the arguments do not describe a valid cluster (the message says what to change).
+        JobFailed: a node failed, or the reservation timed out (naming every missing executor).
+    """
+    if input_mode not in (InputMode.TENSORFLOW, InputMode.SPARK):
+        raise ValueError(f"input_mode must be InputMode.TENSORFLOW or InputMode.SPARK, not {input_mode!r}")
+    if driver_ps_nodes and input_mode != InputMode.TENSORFLOW:
+        raise ValueError("driver_ps_nodes=True works only with InputMode.TENSORFLOW")
+    if master_node not in (None, "chief", "master"):
+        raise ValueError(f"master_node must be None, 'chief' or 'master', not {master_node!r}")
+    if num_ps < 0 or num_executors < 1:
+        raise ValueError(f"num_executors must be >= 1 and num_ps >= 0 (got {num_executors}, {num_ps})")
+    num_workers = num_executors - num_ps - (1 if master_node else 0) - (1 if eval_node else 0)
+    if num_workers < 0:
+        raise ValueError(f"num_executors={num_executors} leaves no room for {num_ps} ps"
+                         + (f", a {master_node}" if master_node else "") + (", an evaluator" if eval_node else "")
+                         + "; raise num_executors")  # fmt: skip
+    if num_workers == 0 and not master_node:
+        raise ValueError("the cluster needs at least one worker or a chief/master: raise num_executors "
+                         "or lower num_ps")  # fmt: skip
+    roles = make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
+    spec = JobSpec(roles=roles, reservation_timeout_s=float(reservation_timeout), engine="spark",
+                   name=name or sc.appName, labels={"spark_app_id": sc.applicationId})  # fmt: skip
+    address, key, tls, embedded = _coordinator(sc, coordinator, secret, tls)
+    driver = DriverClient(address, key, ssl_context=tls.context() if tls is not None else None).connect()
+    try:
+        job = driver.submit(spec)
+        node = NodeSpec(
+            address=address, token=driver.job_token(job), job=job, map_fun=map_fun, tf_args=tf_args,
+            slots=tuple(spec.slots()), tensorboard=tensorboard, log_dir=log_dir, release_port=release_port,
+            default_fs=_default_fs(sc), working_dir=os.getcwd(), wait_timeout_s=float(reservation_timeout) + 60,
+            feed=input_mode == InputMode.SPARK, tls=tls,
+        )  # fmt: skip
+        cluster = SparkCluster(sc, driver, job, spec, node, embedded, input_mode, tensorboard)
+    except BaseException:
+        driver.close()
+        if embedded is not None:
+            embedded.stop()
+        raise
+    try:
+        cluster._launch(driver_ps_nodes, num_ps)
+        cluster._await_ready()
+    except BaseException:
+        cluster._abort("the driver gave up waiting for the cluster")
+        raise
+    return cluster
+
+
+class SparkCluster:
+    """A running TensorFlow cluster on Spark (TensorFlowOnSpark's ``TFCluster``)."""
+
+    def __init__(self, sc: Any, driver: DriverClient, job: str, spec: JobSpec, node: NodeSpec, embedded: Any,
+                 input_mode: int, tensorboard: bool) -> None:  # fmt: skip
+        self.sc = sc
+        self.driver = driver
+        self.job = job
+        self.spec = spec
+        self.node = node
+        self.input_mode = input_mode
+        self._tensorboard = tensorboard
+        self._embedded = embedded
+        self._threads: list[threading.Thread] = []
+        self._group = f"tfcoord-{job}"
+        self.spark_error: BaseException | None = None
+        self._executor_nodes = spec.size
+        self.status: dict[str, Any] = {}
+
+    @property
+    def cluster_info(self) -> list[dict[str, Any]]:
+        """Every node as the coordinator sees it (role, index, host, port, GPUs, state, ...)."""
+        return self.driver.status(self.job)["nodes"]
+
+    def _launch(self, driver_ps_nodes: bool, num_ps: int) -> None:
+        first = num_ps if driver_ps_nodes else 0
+        n = self.spec.size
+        self._executor_nodes = n - first
+        rdd = self.sc.parallelize(range(first, n), n - first)
+
+        def spark_job() -> None:
+            try:
+                self.sc.setJobGroup(self._group, f"TensorFlow job {self.job}", interruptOnCancel=True)
+                rdd.foreachPartition(spark_partition(self.node))
+            except BaseException as e:
+                self.spark_error = e
+                # Wake everyone waiting on the job: the nodes that are up are told to stop.
+                try:
+                    self.driver.stop(self.job, f"the Spark job running the nodes failed: {_spark_summary(e)}")
+                except TfcoordError:
+                    pass
+
+        self._start(spark_job, "tfcoord-spark-job")
+        for executor_id in range(first):  # ps nodes on the driver, TensorFlowOnSpark's driver_ps_nodes
+            self._start(
+                lambda i=executor_id: run_node(self.node, i, task_id="driver"),
+                f"tfcoord-driver-ps-{executor_id}",
+            )
+
+    def _start(self, fn: Any, name: str) -> None:
+        t = threading.Thread(target=fn, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _await_ready(self) -> None:
+        version, last = 0, ""
+        deadline = time.monotonic() + self.spec.reservation_timeout_s + 60
+        while True:
+            st = self.driver.watch(self.job, version, max(0.1, min(60.0, deadline - time.monotonic())))
+            version = st["version"]
+            if (line := describe(st)) != last:
+                log.info("%s", line)
+                last = line
+            if st["state"] in ("READY", "RUNNING", "SUCCEEDED"):
+                self.status = st
+                return
+            if st["state"] in ("FAILED", "STOPPING", "STOPPED"):
+                self.status = st
+                raise self._failure(st)
+            if time.monotonic() > deadline:
+                raise JobFailed(
+                    self.job, f"job {self.job} is still {st['state']} after the reservation timeout"
+                )
+
+    def follow(self, emit: Any, timeout_s: float = 7 * 24 * 3600.0) -> dict[str, Any]:
+        """Emit a line each time the job's summary changes (running, nodes done) until it ends.
+
+        The final state is not emitted: ``shutdown`` says how the job ended, with the why.
+        Returns the last status seen.
+        """
+        version, last = 0, ""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            st = self.driver.watch(self.job, version, max(0.0, min(WATCH_SLICE_S, left)))
+            version = st["version"]
+            if st["state"] in TERMINAL_STATES or left <= 0:
+                return st
+            if (line := describe(st)) != last:
+                emit(line)
+                last = line
+
+    def _failure(self, st: dict[str, Any]) -> JobFailed:
+        msg = f"job {self.job} {st['state']}: {st['error'] or st['stop_reason']}"
+        if "reservation timed out" in st["error"]:
+            msg += "\n" + RESERVATION_HINTS
+        if self.spark_error is not None and "Spark job" in (st["stop_reason"] or ""):
+            msg += f"\nSpark error: {_spark_summary(self.spark_error)}"
+        return JobFailed(self.job, msg, st)
+
+    def tensorboard_url(self, timeout_s: float = 60.0) -> str | None:
+        """The URL of the TensorBoard beside the chief (or worker 0); None without ``tensorboard=True``.
+
+        TensorBoard takes a few seconds to serve after the cluster forms; this waits for
+        its URL (pushed by the node once TensorBoard answers) up to ``timeout_s``.
+        """
+        if not self._tensorboard:
+            return None
+        version, deadline = 0, time.monotonic() + timeout_s
+        while True:
+            st = self.driver.watch(self.job, version, max(0.0, min(10.0, deadline - time.monotonic())))
+            for n in st["nodes"]:
+                if n["meta"].get("tensorboard_url"):
+                    return str(n["meta"]["tensorboard_url"])
+            version = st["version"]
+            if st["state"] in ("SUCCEEDED", "FAILED", "STOPPED") or time.monotonic() >= deadline:
+                return None
+
+    def shutdown(self, ssc: Any = None, grace_secs: float = 0, timeout: float = 259200) -> dict[str, Any]:
+        """Wait for the job to end, stop ps/evaluator nodes, clean up; returns the final status.
+
+        ``InputMode.TENSORFLOW``: waits (up to ``timeout``) for the chief/master and
+        workers to finish; ps and evaluator nodes are then stopped.
+
+        ``InputMode.SPARK`` (TensorFlowOnSpark's meaning of ``grace_secs``): ends the feed,
+        then gives the nodes up to ``grace_secs`` to finish (a chief exporting its model)
+        and to fail: an error they raise in that time is raised here. Returns as soon as
+        the job has ended; nodes still running after ``grace_secs`` are stopped (the job
+        ends STOPPED, and an error after that point is not waited for).
+
+        With ``ssc`` (streaming): waits for a stop request (``tfcoord stop``,
+        ``DataFeed.terminate()``), then stops the streaming context gracefully.
+
+        Raises:
+            JobFailed: the job failed (the message names the node and carries its
+                traceback), or a node failed within ``grace_secs``.
+        """
+        try:
+            wait_s = timeout if timeout > 0 else 7 * 24 * 3600.0
+            if ssc is not None:
+                # A streaming job runs until a stop is requested (tfcoord stop, DataFeed.terminate());
+                # then the streaming context stops gracefully: micro-batches in flight finish,
+                # and see the job stopping, so nothing more is fed.
+                self._await_stop_request(wait_s)
+                ssc.stop(stopSparkContext=False, stopGraceFully=True)
+            if self.input_mode == InputMode.SPARK:
+                self._end_feed()
+                st = self._wait_until(lambda st: st["state"] in TERMINAL_STATES, grace_secs)
+                if st["state"] not in TERMINAL_STATES:
+                    self.driver.stop(self.job, f"shutdown: the nodes were still running {grace_secs:g} s "
+                                     "(grace_secs) after the feed ended")  # fmt: skip
+            st = self.driver.await_job(self.job, timeout_s=wait_s, raise_on_failure=False)
+            for t in self._threads:  # ps/evaluator tasks end once told to stop
+                t.join(timeout=60)
+            # Late reports: a ps or evaluator acknowledging its stop (or failing), a node whose
+            # supervisor died being declared lost; returns as soon as every node has ended.
+            st = self._wait_until(lambda st: not any(n["state"] in LIVE_NODE_STATES for n in st["nodes"]),
+                                  grace_secs)  # fmt: skip
+            self.status = st
+            if st["state"] == "FAILED":
+                raise self._failure(st)
+            late = [n for n in st["nodes"] if n["state"] == "FAILED"]
+            if late:
+                n = late[0]
+                raise JobFailed(self.job, f"job {self.job}: {n['role']}:{n['index']} (executor "
+                                f"{n['executor_id']}, host {n['host']}) failed late:\n{n['error']}", st)  # fmt: skip
+            if st["state"] == "STOPPED" and self.spark_error is not None:
+                raise self._failure(st)
+            return st
+        finally:
+            self._abort("shutdown")
+
+    def _wait_until(self, done: Any, timeout_s: float) -> dict[str, Any]:
+        """The job's status once ``done(status)`` holds, or when ``timeout_s`` has passed."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        st = self.driver.status(self.job)
+        try:
+            while not done(st) and (left := deadline - time.monotonic()) > 0:
+                st = self.driver.watch(self.job, st["version"], min(WATCH_SLICE_S, left))
+        except TfcoordError:
+            # Only waiting ends early here: the caller's next request to the coordinator
+            # (await_job, status) reports a coordinator that is really gone.
+            pass
+        return st
+
+    def _abort(self, reason: str) -> None:
+        """Leave nothing behind: stop the nodes, cancel the Spark tasks, close the coordinator."""
+        try:
+            st = self.driver.status(self.job)
+            if st["state"] not in ("SUCCEEDED", "FAILED", "STOPPED"):
+                self.driver.stop(self.job, reason)
+        except TfcoordError:
+            pass
+        for t in self._threads:
+            t.join(timeout=STOP_WAIT_S)
+        if any(t.is_alive() for t in self._threads):
+            # Tasks that did not end on their own (a node stuck before it could hear the
+            # stop) are interrupted by Spark, which kills their Python workers.
+            self.sc.cancelJobGroup(self._group)
+            for t in self._threads:
+                t.join(timeout=STOP_WAIT_S)
+        self.driver.close()
+        if self._embedded is not None:
+            self._embedded.stop()
+
+    # -- InputMode.SPARK -----------------------------------------------------------------
+
+    def _feed_plan(self, qname: str, train: bool, feed_timeout: float, *, feeding: bool = True) -> FeedPlan:
+        if self.input_mode != InputMode.SPARK:
+            raise ValueError(
+                "cluster.train() and cluster.inference() need run(..., input_mode=InputMode.SPARK)"
+            )
+        st = self.driver.status(self.job)
+        if st["state"] == "FAILED":
+            raise self._failure(st)
+        targets = tuple(
+            FeedTarget(f"{n['role']}:{n['index']} (executor {n['executor_id']}, host {n['host']})",
+                       str(n["meta"][feedwire.FEED_META]))
+            for n in sorted(st["nodes"], key=lambda n: n["executor_id"])
+            if n["role"] in feedwire.FEED_ROLES and n["meta"].get(feedwire.FEED_META)
+        )  # fmt: skip
+        if not targets:
+            raise ValueError(f"job {self.job} has no node that takes fed data (chief, master or worker)")
+        if feeding:  # Spark tasks will feed (the driver's own eof/stop messages take no slot)
+            feedwire.check_slots(_task_slots(self.sc), self._executor_nodes, len(targets))
+        return FeedPlan(self.job, self.node.token, targets, qname, train, float(feed_timeout))
+
+    def _feeding(self) -> bool:
+        """Whether the job still takes data (not stopping, stopped, failed or done)."""
+        try:
+            return self.driver.status(self.job)["state"] in FEEDING_STATES
+        except TfcoordError:
+            return False
+
+    def train(
+        self, dataRDD: Any, num_epochs: int = 0, feed_timeout: float = 600, qname: str = "input"
+    ) -> None:
+        """Feed every partition of ``dataRDD`` (an RDD, or a DStream) to the chief/master and workers.
+
+        Partitions go to the nodes round-robin by partition index; each node reads them
+        with ``ctx.get_data_feed()``. ``num_epochs=0`` means 10 epochs, as in
+        TensorFlowOnSpark (its map functions usually stop on a step count and call
+        ``terminate()``). Returns once every partition was consumed (an RDD), or at once
+        for a DStream, whose micro-batches are fed as they come until the job is stopped
+        (``tfcoord stop``, ``DataFeed.terminate()``); end a streaming job with
+        ``shutdown(ssc)``.
+
+        Raises:
+            JobFailed: a node failed (the message carries its traceback).
+            FeedError: feeding failed otherwise; FeedTimeout: a node took nothing from its
+                queue for ``feed_timeout`` seconds (the message names the node and queue).
+        """
+        if num_epochs < 0:
+            raise ValueError(f"num_epochs must be >= 0, not {num_epochs}")
+        if hasattr(dataRDD, "foreachRDD"):  # a DStream: feed each micro-batch while the job runs
+
+            def feed_batch(rdd: Any) -> None:
+                if self._feeding():
+                    self._train_rdd(rdd, feed_timeout, qname)
+
+            dataRDD.foreachRDD(feed_batch)
+            return
+        num_epochs = num_epochs or DEFAULT_EPOCHS
+        rdd = self.sc.union([dataRDD] * num_epochs) if num_epochs > 1 else dataRDD
+        self._train_rdd(rdd, feed_timeout, qname)
+
+    def _train_rdd(self, rdd: Any, feed_timeout: float, qname: str) -> None:
+        plan = self._feed_plan(qname, True, feed_timeout)
+        try:
+            rdd.mapPartitionsWithIndex(train_partition(plan)).foreach(lambda _: None)
+        except Exception as e:
+            self._raise_feed_failure(e)
+            return
+        # Feeders of healthy nodes end quietly when told to stop, also when another node
+        # failed: the job's state says which it was.
+        st = self.driver.status(self.job)
+        if st["state"] == "FAILED":
+            raise self._failure(st)
+
+    def inference(self, dataRDD: Any, feed_timeout: float = 600, qname: str = "input") -> Any:
+        """An RDD of the nodes' results: exactly one per record of ``dataRDD``, in order within each partition.
+
+        Lazy, like any RDD: the records are fed when an action (``collect``,
+        ``saveAsTextFile``) runs. Each node reads them with
+        ``ctx.get_data_feed(train_mode=False)`` and answers each batch with ``batch_results``.
+        """
+        return dataRDD.mapPartitionsWithIndex(
+            inference_partition(self._feed_plan(qname, False, feed_timeout))
+        )
+
+    def _raise_feed_failure(self, e: Exception) -> None:
+        """A feeding Spark job failed: raise the node's failure if that was the cause."""
+        summary = _spark_summary(e)
+        st: dict[str, Any] = {}
+        try:
+            st = self.driver.status(self.job)
+            if "FeedTimeout" not in summary:  # a node failure reaches the coordinator a moment later
+                deadline = time.monotonic() + FEED_FAILURE_SETTLE_S
+                while st["state"] in FEEDING_STATES and time.monotonic() < deadline:
+                    st = self.driver.watch(self.job, st["version"], max(0.1, deadline - time.monotonic()))
+        except TfcoordError:
+            pass
+        if st.get("state") == "FAILED":
+            raise self._failure(st) from e
+        if st.get("state") in ("STOPPING", "STOPPED"):
+            cause = [ln for ln in summary.splitlines() if "Error" in ln or "Stopped" in ln] or [summary]
+            log.info("job %s is %s: feeding ended (%s)", self.job, st["state"], cause[-1].strip()[:300])
+            return
+        cls = feedwire.FeedTimeout if "FeedTimeout" in summary else feedwire.FeedError
+        raise cls(f"feeding job {self.job} failed: {summary}") from e
+
+    def _end_feed(self) -> None:
+        """Tell every fed node the feed is over, so its ``should_stop()`` turns true."""
+        try:
+            plan = self._feed_plan("input", True, 600, feeding=False)
+        except (ValueError, TfcoordError):
+            return
+        for target in plan.targets:
+            try:
+                control(plan, target, "eof")
+            except feedwire.FeedError as e:  # the node has ended already
+                log.debug("no end of feed for %s: %s", target.node, e)
+
+    def _await_stop_request(self, timeout_s: float) -> None:
+        """Block until the job stops taking data (a stop was requested, or it ended)."""
+        version, deadline = 0, time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            st = self.driver.watch(self.job, version, max(0.1, min(60.0, deadline - time.monotonic())))
+            if st["state"] not in FEEDING_STATES:
+                return
+            version = st["version"]
+
+
+def _spark_summary(e: BaseException) -> str:
+    """The useful part of a Spark failure: the Python error inside the Java one, if any."""
+    text = str(e)
+    if "Traceback (most recent call last)" in text:
+        tb = text[text.rindex("Traceback (most recent call last)") :]
+        lines = [ln for ln in tb.splitlines() if ln.strip()]
+        end = next((i for i, ln in enumerate(lines) if ln.startswith("\tat ")), len(lines))
+        return "\n".join(lines[:end])[-4000:]
+    first = text.strip().splitlines()
+    return first[0][:500] if first else type(e).__name__
+
+
+class ParallelTaskFailed(TfcoordError):
+    """A ``map_fun`` under :func:`parallel` raised; the message names the task, its host and
+    Spark task, and carries the traceback."""
+
+
+#: Executors register with the driver seconds after ``SparkContext()`` returns (a standalone
+#: worker starts one JVM per executor: 5-15 s here, more on a busy cluster); until then
+#: Spark counts only the task slots of those already registered, 0 at first. 30 s covers a
+#: slow start; a cluster that really is too small is judged after at most this long.
+EXECUTOR_WAIT_S = 30.0
+#: How often the slot count is read again meanwhile: Spark tells Python of no executor
+#: registration (a SparkListener would need Py4J's callback server), so this polls.
+EXECUTOR_POLL_S = 0.5
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,")
+
+
+def _task_slots(sc: Any) -> int:
+    jsc = sc._jsc.sc()
+    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+
+
+def _expected_slots(sc: Any) -> int | None:
+    """The task slots the configuration asks for, once every executor has registered;
+    None when it does not say (then only the deadline ends the wait)."""
+    conf = sc.getConf()
+    task_cpus = int(conf.get("spark.task.cpus", "1") or 1)
+    if m := _LOCAL_CLUSTER.match(sc.master or ""):
+        return int(m.group(1)) * int(m.group(2)) // task_cpus
+    cores = conf.get("spark.executor.cores", None)
+    if conf.get("spark.executor.instances", None) and cores:  # YARN, Kubernetes
+        return int(conf.get("spark.executor.instances")) * int(cores) // task_cpus
+    if conf.get("spark.cores.max", None):  # standalone
+        return int(conf.get("spark.cores.max")) // task_cpus
+    return None
+
+
+def await_task_slots(sc: Any, needed: int, wait_s: float = EXECUTOR_WAIT_S) -> int:
+    """Spark's task slots once there are ``needed``, every configured executor has
+    registered, or ``wait_s`` has passed, whichever comes first."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        slots = _task_slots(sc)
+        expected = _expected_slots(sc)
+        if slots >= needed or (expected is not None and slots >= expected) or time.monotonic() >= deadline:
+            return slots
+        time.sleep(EXECUTOR_POLL_S)
+
+
+def parallel(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, use_barrier: bool = True) -> None:
+    """Run ``map_fun(tf_args, ctx)`` as ``num_executors`` independent single-node jobs.
+
+    With ``use_barrier`` every task starts together (Spark barrier mode), which needs
+    as many free task slots as ``num_executors``; that is checked up front, once the
+    application's executors have registered (up to :data:`EXECUTOR_WAIT_S`).
+
+    Raises:
+        ValueError: barrier mode with fewer task slots than ``num_executors``.
+        ParallelTaskFailed: a ``map_fun`` raised (the message names the task and host and
+            carries its traceback).
+    """
+    if use_barrier:
+        slots = await_task_slots(sc, num_executors)
+        if slots < num_executors:
+            raise ValueError(
+                f"barrier mode needs {num_executors} task slots at once but the cluster has {slots}; "
+                "add executors or cores, lower num_executors, or pass use_barrier=False"
+            )
+    default_fs = _default_fs(sc)
+    working_dir = os.getcwd()
+
+    def one(partition: Any) -> list[int]:
+        from pyspark import TaskContext
+
+        from .gpuclaim import lock_dir
+        from .gpus import select_gpus
+
+        (executor_id,) = list(partition)
+        tc = TaskContext.get()
+        where = f"host {socket.gethostname()}" + (
+            f", stage {tc.stageId()} partition {tc.partitionId()} TID {tc.taskAttemptId()} "
+            f"attempt {tc.attemptNumber()}" if tc else ""
+        )  # fmt: skip
+        num_gpus, required = _requested(tf_args)
+        # Claimed while map_fun runs, so two tasks on one host never share a GPU.
+        gpus = select_gpus(num_gpus, spark_resources=tc.resources() if tc else None, require=required,
+                           lock_dir=lock_dir(), holder_name=f"parallel task {executor_id}")  # fmt: skip
+        try:
+            os.environ.update(gpus.env())
+            os.environ.pop("TF_CONFIG", None)  # independent: no cluster to join
+            ctx = _single_context(executor_id, num_executors, default_fs, working_dir)
+            map_fun(tf_args, ctx)
+        except Exception:
+            raise ParallelTaskFailed(
+                f"parallel task {executor_id} of {num_executors} ({where}) failed:\n{traceback.format_exc()}"
+            ) from None
+        finally:
+            gpus.release()  # the Python worker may be reused for another task
+        return [executor_id]
+
+    rdd = sc.parallelize(range(num_executors), num_executors)
+    try:
+        (rdd.barrier() if use_barrier else rdd).mapPartitions(one).collect()
+    except Exception as e:
+        # Spark's error is a Java stack trace around the task's Python one; say which task
+        # failed and show its traceback.
+        text = str(e)
+        tasks = _PARALLEL_FAILURE.findall(text)
+        head = tasks[-1] if tasks else "a parallel() task failed"
+        raise ParallelTaskFailed(f"{head}\n{_spark_summary(e)}") from e
+
+
+_PARALLEL_FAILURE = re.compile(r"parallel task \d+ of \d+ \([^\n]*\) failed:")
+
+
+def _requested(tf_args: Any) -> tuple[int, bool]:
+    from .executor import _requested_gpus
+
+    return _requested_gpus(tf_args)
+
+
+def _single_context(executor_id: int, num_workers: int, default_fs: str, working_dir: str):
+    from .context import TFNodeContext
+
+    return TFNodeContext(executor_id=executor_id, job_name="worker", task_index=0, cluster_spec={},
+                         num_workers=num_workers, defaultFS=default_fs, working_dir=working_dir)  # fmt: skip
+
+
+def load_main_fun(path: str, name: str = "main_fun") -> Any:
+    """Load ``main_fun`` from a user's script so executors receive it by value.
+
+    The script is imported as a module (its ``if __name__ == "__main__"`` block does not
+    run) and registered with Spark's cloudpickle to be shipped whole: executors have
+    the script's functions without having the file.
+    """
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from pyspark.cloudpickle import register_pickle_by_value
+
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"no script at {path}")
+    module_name = f"tfcoord_user_{file.stem}".replace("-", "_")
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    register_pickle_by_value(module)
+    fun = getattr(module, name, None)
+    if not callable(fun):
+        raise AttributeError(f"{path} defines no function {name}(args, ctx) to run on the nodes")
+    return fun
+
+
+def submit_script(
+    master: str, script: str, argv: list[str], *, num_executors: int, num_ps: int = 0,
+    tensorboard: bool = False, log_dir: str | None = None, conf: dict[str, str] | None = None,
+    executor_cores: int = 1, executor_memory: str = "1g", reservation_timeout: float = 600,
+    master_node: str | None = None, eval_node: bool = False, name: str = "",
+    emit: Any = print, coordinator: str | None = None, secret: bytes | None = None,
+    tls: TlsFiles | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """What ``tfcoord submit --engine spark`` does: a Spark application running ``script``'s main_fun.
+
+    ``master="local-standalone"`` starts a Spark standalone master and worker on this
+    machine for the job's lifetime. Returns the job's final status; emits progress lines.
+    """
+    import sys
+    from pathlib import Path
+
+    from .standalone import LocalSparkCluster
+
+    main_fun = load_main_fun(script)
+    local = None
+    if master == "local-standalone":
+        emit(f"starting a local Spark standalone cluster ({num_executors} executors)")
+        local = LocalSparkCluster(cores=num_executors * executor_cores).start()
+        os.environ.update(LocalSparkCluster.env())
+        master = local.master_url
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
+
+    settings = {
+        "spark.executor.cores": str(executor_cores),
+        "spark.cores.max": str(num_executors * executor_cores),
+        "spark.executor.memory": executor_memory,
+        # One TensorFlow node per executor: Spark must not grow or shrink the cluster.
+        "spark.dynamicAllocation.enabled": "false",
+        # tfcoord prints the job's progress; Spark's console bar would garble it.
+        "spark.ui.showConsoleProgress": "false",
+        **(conf or {}),
+    }
+    sc_conf = SparkConf().setMaster(master).setAppName(name or f"tfcoord {Path(script).name}")
+    for key, value in settings.items():
+        sc_conf.set(key, value)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per gateway call otherwise
+    handler = _ProgressHandler(emit)
+    log.addHandler(handler)
+    propagate, log.propagate = log.propagate, False  # shown once, through emit
+    sc = SparkContext(conf=sc_conf)
+    sc.setLogLevel("ERROR")
+    try:
+        emit(f"Spark application {sc.applicationId} on {master}")
+        cluster = run(sc, main_fun, argv, num_executors, num_ps, tensorboard=tensorboard, log_dir=log_dir,
+                      reservation_timeout=reservation_timeout, master_node=master_node, eval_node=eval_node,
+                      coordinator=coordinator, secret=secret, name=name, tls=tls)  # fmt: skip
+        if tensorboard:
+            emit(f"TensorBoard: {cluster.tensorboard_url() or 'did not start (is tensorboard installed?)'}")
+        cluster.follow(emit)  # "running", then each node's end; the outcome comes from shutdown
+        try:
+            status = cluster.shutdown()
+        except JobFailed as e:
+            emit(str(e))
+            return e.status
+        if status["state"] != "SUCCEEDED":  # STOPPED (tfcoord stop): say so, and why
+            emit(f"job {status['job']} {status['state']}: {status['stop_reason'] or status['error']}")
+            return status
+        emit(f"job {status['job']} SUCCEEDED")
+        for n in status["nodes"]:
+            results = {k.removeprefix("result."): v for k, v in n["meta"].items() if k.startswith("result.")}
+            if results:
+                emit(
+                    f"  {n['role']}:{n['index']} on {n['host']}: "
+                    + " ".join(f"{k}={v}" for k, v in results.items())
+                )
+        return status
+    except JobFailed as e:
+        emit(str(e))
+        return e.status or {"state": "FAILED"}
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
+        sc.stop()
+        if local is not None:
+            local.stop()
+
+
+class _ProgressHandler(logging.Handler):
+    """Forward the driver's progress lines (registered x/N, ...) to the caller's emitter."""
+
+    def __init__(self, emit: Any) -> None:
+        super().__init__(logging.INFO)
+        self._emit = emit
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._emit(record.getMessage())

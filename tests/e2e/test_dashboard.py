@@ -1,0 +1,189 @@
+"""The dashboard in a real headless Chromium (Debian's /usr/bin/chromium through Playwright).
+
+A coordinator serves HTTP on port 0; a job's nodes are real NodeClients in threads. The
+page loads with ``?token=``, shows the running job's nodes by role, and when one node
+reports failure it shows FAILED and the node's error without being reloaded. The page
+must log no console error (a Content-Security-Policy violation would be one) and never
+show the token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tfcoord.client import DriverClient, JobSpec, NodeClient, make_roles
+from tfcoord.coordinator.embedded import EmbeddedCoordinator
+
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (the test extra)"
+)
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+TOKEN = b"dashboard-token-" + b"z" * 32
+#: The page polls every second; allow a few polls on a loaded machine.
+UPDATE_WAIT_MS = 15_000
+TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 42, in step\nValueError: loss is NaN'
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium; .ci/run does)")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[EmbeddedCoordinator, str]]:
+    coord = EmbeddedCoordinator().start()
+    try:
+        yield coord, f"http://127.0.0.1:{coord.start_http(TOKEN)}"
+    finally:
+        coord.stop()
+
+
+def _node(coord: EmbeddedCoordinator, token: bytes, job: str, executor_id: int, fail: threading.Event) -> str:
+    """One node: register, heartbeat, run; executor 2 fails when told, the others stop when told."""
+    with NodeClient(coord.address, token, job, executor_id).connect() as n:
+        meta = {"tensorboard_url": "http://127.0.0.1:6006/"} if executor_id == 1 else {}
+        gpus = [f"GPU-{executor_id}-0000"] if executor_id else []
+        n.register("127.0.0.1", 7500 + executor_id, gpus=gpus, task_id=f"task-{executor_id}", meta=meta)
+        n.start_heartbeats(0.2)
+        n.await_cluster(30)
+        n.report("running")
+        if executor_id == 2:
+            assert fail.wait(120)
+            n.report("failed", error=TRACEBACK)
+            return "failed"
+        assert n.stop_event.wait(120), "never told to stop"
+        n.report("stopped")
+        return "stopped"
+
+
+def _await(driver: DriverClient, job: str, done: Callable[[dict], bool], timeout_s: float = 30) -> None:
+    """Follow the job by push (watch) until ``done(status)``."""
+    deadline = time.monotonic() + timeout_s
+    status = driver.status(job)
+    while not done(status):
+        assert time.monotonic() < deadline, f"job {job} is {status['state']} at the deadline"
+        status = driver.watch(job, status["version"], max(0.1, deadline - time.monotonic()))
+
+
+def test_dashboard_shows_running_nodes_then_the_failure_live(browser, served, background, tmp_path):
+    expect = playwright_api.expect
+    coord, base = served
+    fail = threading.Event()
+    with DriverClient(coord.address, coord.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(2, 1), name="dashboard-demo"))
+        for i in range(2):  # the last worker comes later
+            background.start(_node, coord, d.job_token(job), job, i, fail)
+        _await(d, job, lambda st: st["registered"] == 2)
+
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        errors: list[str] = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            page.goto(f"{base}/?token={TOKEN.decode()}")
+            assert "token" not in page.url  # taken into sessionStorage and out of the address bar
+
+            expect(page.locator("#job-id")).to_have_text(job, timeout=UPDATE_WAIT_MS)
+            expect(page.locator("#reservation")).to_contain_text("Registered 2/3")
+            expect(page.locator("#missing")).to_have_text("worker:1 (executor 2): never registered")
+            expect(page.locator('[data-node="worker:0"] .state')).to_have_text("REGISTERED")
+            page.evaluate("window.__notReloaded = true")
+
+            background.start(_node, coord, d.job_token(job), job, 2, fail)
+            for name in ("ps:0", "worker:0", "worker:1"):
+                expect(page.locator(f'[data-node="{name}"] .state')).to_have_text(
+                    "RUNNING", timeout=UPDATE_WAIT_MS
+                )
+            expect(page.locator(f'tr[data-job="{job}"] .state')).to_have_text("RUNNING")
+            expect(page.locator("#reservation")).to_contain_text("Registered 3/3")
+            expect(page.locator('[data-role="worker"] .title')).to_contain_text("2/2")
+            link = page.locator('[data-node="worker:0"] a')
+            expect(link).to_have_attribute("href", "http://127.0.0.1:6006/")
+            expect(link).to_have_attribute("rel", "noopener noreferrer")
+            expect(page.locator('[data-node="worker:1"]')).to_contain_text("GPU-2-0000")
+            expect(page.locator("#missing")).to_have_count(0)
+
+            fail.set()
+            failed = page.locator('[data-node="worker:1"] .state')
+            expect(failed).to_have_text("FAILED", timeout=UPDATE_WAIT_MS)
+            expect(page.locator('[data-node="worker:1"] td.err summary')).to_have_text(
+                "ValueError: loss is NaN"
+            )
+            expect(page.locator(".jobhead .state")).to_have_text("FAILED", timeout=UPDATE_WAIT_MS)
+            expect(page.locator("#job-error")).to_contain_text("ValueError: loss is NaN")
+            expect(page.locator("#timeline")).to_contain_text("worker:1 FAILED")
+            for name in ("ps:0", "worker:0"):  # told to stop by push, they acknowledged
+                expect(page.locator(f'[data-node="{name}"] .state')).to_have_text(
+                    "STOPPED", timeout=UPDATE_WAIT_MS
+                )
+            assert page.evaluate("window.__notReloaded") is True
+
+            page.locator('[data-node="worker:1"] td.err summary').click()
+            expect(page.locator('[data-node="worker:1"] td.err pre')).to_contain_text(
+                'File "train.py", line 42'
+            )
+            page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+            assert TOKEN.decode() not in page.content()
+            assert errors == []
+        finally:
+            page.close()
+        assert sorted(background.results()) == ["failed", "stopped", "stopped"]
+
+
+def test_dashboard_without_a_valid_token_asks_for_one_and_shows_no_data(browser, served):
+    expect = playwright_api.expect
+    coord, base = served
+    with DriverClient(coord.address, coord.secret) as d:
+        d.submit(JobSpec(roles=make_roles(1), name="secret-project"))
+    page = browser.new_page()
+    try:
+        page.goto(f"{base}/dashboard?token=wrong-token-{'w' * 32}")
+        expect(page.locator("#login")).to_be_visible(timeout=UPDATE_WAIT_MS)
+        expect(page.locator("#login-why")).to_contain_text("refused the token")
+        assert "secret-project" not in page.content()
+        page.fill("#token-input", TOKEN.decode())
+        page.click("#login-form button")
+        expect(page.locator(".jobhead")).to_contain_text("secret-project", timeout=UPDATE_WAIT_MS)
+        expect(page.locator("#token-input")).to_have_value("")
+    finally:
+        page.close()
+
+
+def test_a_malformed_job_link_shows_the_jobs_list_instead_of_a_blank_page(browser, served):
+    """``#job=%E0`` is no valid percent-encoding: the page ignores it, whether it was there at
+    load or typed in later, and a valid link still selects its job."""
+    expect = playwright_api.expect
+    coord, base = served
+    with DriverClient(coord.address, coord.secret) as d:
+        first = d.submit(JobSpec(roles=make_roles(1), name="first-job"))
+        second = d.submit(JobSpec(roles=make_roles(1), name="second-job"))
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{base}/?token={TOKEN.decode()}#job=%E0")
+        expect(page.locator(f'tr[data-job="{first}"]')).to_be_visible(timeout=UPDATE_WAIT_MS)
+        expect(page.locator(f'tr[data-job="{second}"]')).to_be_visible()
+        expect(page.locator("#job-id")).to_have_text(second)  # the newest live job, as with no hash
+        page.evaluate("location.hash = '#job=%E0%A4'")
+        page.evaluate(f"location.hash = '#job={first}'")
+        expect(page.locator("#job-id")).to_have_text(first, timeout=UPDATE_WAIT_MS)
+        assert errors == []
+    finally:
+        page.close()

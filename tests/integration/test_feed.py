@@ -1,0 +1,243 @@
+"""A node's feed server on port 0 and real feeders in threads: the feed wire end to end, without Spark."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tfcoord.node import feedwire as fw
+from tfcoord.node.datafeed import DataFeed, FeedServer
+from tfcoord.node.feeder import FeedPlan, FeedTarget, control, feed
+
+TOKEN = b"t" * 32
+JOB = "job-feed"
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[FeedServer, FeedTarget, list[str]]]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    terminated: list[str] = []
+    srv = FeedServer(listener, TOKEN, JOB, "worker:0 (executor 0, host test)", terminated.append).start()
+    yield srv, FeedTarget("worker:0", f"127.0.0.1:{listener.getsockname()[1]}"), terminated
+    srv.close()
+
+
+def _plan(target: FeedTarget, train: bool = True, timeout: float = 10.0, token: bytes = TOKEN) -> FeedPlan:
+    return FeedPlan(JOB, token, (target,), "input", train, timeout)
+
+
+class _Feeder(threading.Thread):
+    """A feeder in a thread that keeps its outcome, so no error escapes the test that started it."""
+
+    def __init__(self, fn) -> None:
+        super().__init__(daemon=True)
+        self._fn = fn
+        self.result: list = []
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.result = list(self._fn() or ())
+        except BaseException as e:
+            self.error = e
+
+    def outcome(self, timeout: float = 20.0) -> list:
+        self.join(timeout)
+        assert not self.is_alive(), "the feeder did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def _consume(srv: FeedServer, train: bool, out: list, square: bool = False) -> threading.Thread:
+    def run() -> None:
+        df = DataFeed(srv, train_mode=train)
+        while not df.should_stop():
+            batch = df.next_batch(64)
+            out.append(batch)
+            if square and batch:
+                df.batch_results([x * x for x in batch])
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_training_feeds_every_record_once(server):
+    srv, target, _ = server
+    batches: list = []
+    consumer = _consume(srv, True, batches)
+    for p in range(3):
+        list(feed(_plan(target), p, range(p * 10_000, (p + 1) * 10_000)))
+    control(_plan(target), target, "eof")
+    consumer.join(10)
+    got = [r for b in batches for r in b]
+    assert sorted(got) == list(range(30_000))
+
+
+def test_concurrent_inference_partitions_get_their_own_results_in_order(server):
+    srv, target, _ = server
+    batches: list = []
+    consumer = _consume(srv, False, batches, square=True)
+    feeders = [
+        _Feeder(lambda p=p: feed(_plan(target, train=False), p, range(p * 1000, p * 1000 + 500 + p)))
+        for p in range(4)
+    ]
+    for p, f in enumerate(feeders):
+        assert f.outcome() == [x * x for x in range(p * 1000, p * 1000 + 500 + p)]
+    # an inference batch never spans two partitions: each holds values of one thousand only
+    assert all(len({x // 1000 for x in b}) <= 1 for b in batches)
+    control(_plan(target), target, "eof")
+    consumer.join(10)
+
+
+def test_a_wrong_token_is_refused(server):
+    _, target, _ = server
+    with pytest.raises(fw.FeedError, match="proof does not match"):
+        list(feed(_plan(target, token=b"x" * 32), 0, [1]))
+
+
+def test_a_consumer_that_stops_reading_times_out_naming_node_and_queue(server):
+    _, target, _ = server
+    t0 = time.monotonic()
+    with pytest.raises(
+        fw.FeedTimeout, match=r"worker:0 \(executor 0, host test\) took no records from queue 'input'"
+    ):
+        list(feed(_plan(target, timeout=1.0), 0, range(200_000)))
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_failed_map_fun_fails_its_feeders_with_the_traceback(server):
+    srv, target, _ = server
+    errors: list[BaseException] = []
+
+    def feeder() -> None:
+        try:
+            list(feed(_plan(target), 0, range(1_000_000)))
+        except fw.FeedError as e:
+            errors.append(e)
+
+    t = _Feeder(feeder)
+    df = DataFeed(srv)
+    assert df.next_batch(10) == list(range(10))
+    srv.fail("Traceback (most recent call last):\nValueError: injected")
+    t.outcome()
+    assert errors and "ValueError: injected" in str(errors[0]) and "worker:0" in str(errors[0])
+    with pytest.raises(fw.FeedError, match="injected"):  # a feeder arriving later hears it too
+        list(feed(_plan(target), 1, [1]))
+
+
+def test_a_stop_ends_feeding_after_what_was_handed_over(server):
+    srv, target, _ = server
+    df = DataFeed(srv)
+    done = threading.Event()
+
+    def feeder() -> list:
+        out = list(feed(_plan(target), 0, range(1_000_000)))  # returns quietly when told to stop
+        done.set()
+        return out
+
+    t = _Feeder(feeder)
+    first = df.next_batch(5)
+    control(_plan(target), target, "stop", "the job is stopping")
+    assert done.wait(10) and t.outcome() == []
+    rest = []
+    while not df.should_stop():
+        rest += df.next_batch(10_000)
+    got = first + rest
+    assert got == list(range(len(got))) and len(got) < 1_000_000  # a prefix, then nothing
+    assert fw.FeederState  # the next feeder is told to stop at once
+    assert list(feed(_plan(target), 1, [1])) == []
+
+
+def test_terminate_drops_the_queue_and_asks_for_the_job_to_stop(server):
+    srv, target, terminated = server
+    df = DataFeed(srv)
+    t = _Feeder(lambda: feed(_plan(target), 0, range(100_000)))
+    df.next_batch(3)
+    df.terminate()
+    assert t.outcome() == []  # told to stop: the training feeder ends quietly
+    assert df.should_stop() and terminated == ["DataFeed.terminate() on worker:0 (executor 0, host test)"]
+    with pytest.raises(fw.FeedStopped):
+        list(feed(_plan(target, train=False), 1, [1]))
+
+
+def test_batch_results_must_match_the_batch(server):
+    srv, target, _ = server
+    t = _Feeder(lambda: feed(_plan(target, train=False), 0, range(5)))
+    df = DataFeed(srv, train_mode=False)
+    assert df.next_batch(10) == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="got 4 results for a batch of 5 records"):
+        df.batch_results([0, 1, 2, 3])
+    df.batch_results([0, 1, 4, 9, 16])
+    assert t.outcome() == [0, 1, 4, 9, 16]
+
+
+def test_input_mapping_returns_columns_by_tensor_name(server):
+    srv, target, _ = server
+    t = _Feeder(lambda: feed(_plan(target), 0, [(1, "a"), (2, "b")]))
+    df = DataFeed(srv, input_mapping={"y": "label", "x": "image"})
+    assert df.next_batch(2) == {"image": [1, 2], "label": ["a", "b"]}
+    control(_plan(target), target, "eof")
+    assert df.next_batch(2) == {"image": [], "label": []} and df.should_stop()
+    assert t.outcome() == []  # the end of its partition was reached
+
+
+def test_a_node_without_a_feed_says_how_to_get_one():
+    with pytest.raises(RuntimeError, match=r"InputMode\.SPARK"):
+        DataFeed(None)  # type: ignore[arg-type]
+
+
+def test_a_node_may_stop_its_own_job_and_no_other(coordinator):
+    """DataFeed.terminate() asks the coordinator to stop the node's job with the job token."""
+    from tfcoord.client import DriverClient, JobSpec, NodeClient, RequestRejected, make_roles
+    from tfcoord.client import messages as m
+    from tfcoord.node.executor import NodeSpec, _request_stop
+
+    with DriverClient(coordinator.address, coordinator.secret).connect() as d:
+        job, other = d.submit(JobSpec(roles=make_roles(1))), d.submit(JobSpec(roles=make_roles(1)))
+        with NodeClient(coordinator.address, d.job_token(job), job, 0).connect() as n:
+            n.register("127.0.0.1", 1)
+            spec = NodeSpec(coordinator.address, d.job_token(job), job, print, None, (("worker", 0),))
+            _request_stop(spec, "DataFeed.terminate() on worker:0")
+            st = d.status(job)
+            assert st["state"] == "STOPPING" and st["stop_reason"] == "DataFeed.terminate() on worker:0"
+            with pytest.raises(RequestRejected, match="forbidden"):
+                n.request(lambda i: m.StopJob(id=i, job=other, reason="not mine"))
+        assert d.status(other)["state"] != "STOPPING"
+
+
+def test_results_larger_than_a_frame_go_back_in_several(server):
+    srv, target, _ = server
+    big = b"r" * (fw.MAX_FRAME_BYTES // 3)
+    t = _Feeder(lambda: feed(_plan(target, train=False), 0, range(5)))
+    df = DataFeed(srv, train_mode=False)
+    assert df.next_batch(10) == [0, 1, 2, 3, 4]
+    df.batch_results([big] * 5)
+    assert t.outcome() == [big] * 5
+
+
+def test_partitions_spread_round_robin_over_the_fed_nodes():
+    servers, targets = [], []
+    for i in range(2):
+        listener = socket.create_server(("127.0.0.1", 0))
+        servers.append(FeedServer(listener, TOKEN, JOB, f"worker:{i}").start())
+        targets.append(FeedTarget(f"worker:{i}", f"127.0.0.1:{listener.getsockname()[1]}"))
+    plan = FeedPlan(JOB, TOKEN, tuple(targets), "input", True, 10.0)
+    got: list[list] = [[], []]
+    consumers = [_consume(srv, True, got[i]) for i, srv in enumerate(servers)]
+    for p in range(5):
+        list(feed(plan, p, [p] * 3))
+    for t in targets:
+        control(plan, t, "eof")
+    for c in consumers:
+        c.join(10)
+    assert sorted(r for b in got[0] for r in b) == [0, 0, 0, 2, 2, 2, 4, 4, 4]
+    assert sorted(r for b in got[1] for r in b) == [1, 1, 1, 3, 3, 3]
+    for srv in servers:
+        srv.close()

@@ -1,0 +1,205 @@
+"""The coordinator's limits on a live server: slow, silent, greedy and non-reading peers.
+
+Each misbehaving peer must be cut off (or held back) by its own limit, with an error
+frame naming that limit, while a well-behaved client keeps working meanwhile.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tfcoord.client import DriverClient, JobSpec, auth, make_roles
+from tfcoord.client import messages as m
+from tfcoord.client.protocol import Connection
+from tfcoord.coordinator.embedded import EmbeddedCoordinator
+from tfcoord.coordinator.server import MAX_PENDING_PER_CONNECTION
+
+from .rawwire import Raw, wait_until
+
+#: Short limits so each test sees its limit act in well under a second.
+HANDSHAKE_S, FRAME_S, IDLE_S = 0.4, 0.6, 0.4
+#: A trickling peer sends a byte this often: well inside each limit, so only the
+#: per-frame deadline (which bytes do not extend) can cut it off.
+TRICKLE_S = 0.05
+
+
+@pytest.fixture
+def coord() -> Iterator[EmbeddedCoordinator]:
+    c = EmbeddedCoordinator(handshake_timeout_s=HANDSHAKE_S, frame_timeout_s=FRAME_S, idle_timeout_s=IDLE_S)
+    c.start()
+    try:
+        yield c
+        c.call(c.server.state.validate)
+    finally:
+        c.stop()
+
+
+def _trickle(sock: socket.socket, data: bytes) -> threading.Thread:
+    """Send ``data`` a byte at a time until it is all sent or the coordinator hangs up."""
+
+    def run() -> None:
+        for b in data:
+            try:
+                sock.send(bytes([b]))
+            except OSError:
+                return
+            time.sleep(TRICKLE_S)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _driver_works(coord: EmbeddedCoordinator) -> None:
+    with DriverClient(coord.address, coord.secret) as d:
+        assert "jobs" in d.status()
+
+
+def _connections(coord: EmbeddedCoordinator) -> int:
+    return coord.call(lambda: len(coord.server.peers))
+
+
+def test_a_hello_trickled_byte_by_byte_is_cut_off_at_the_handshake_deadline(coord):
+    raw = Raw(coord.port)
+    hello = raw.conn.send(raw.hello(coord.secret, "driver"))
+    t0 = time.monotonic()
+    _trickle(raw.sock, hello)  # 100+ bytes at 20/s: would take over 5 s
+    _driver_works(coord)  # the slow peer costs the others nothing
+    replies = raw.until_closed()
+    took = time.monotonic() - t0
+    assert [r.code for r in replies] == ["handshake_timeout"]  # type: ignore[attr-defined]
+    assert took < HANDSHAKE_S + 2, took
+    wait_until(lambda: _connections(coord) == 0, what="the slow connection to be gone")
+
+
+def test_a_frame_trickled_after_the_handshake_is_cut_off_at_the_frame_deadline(coord):
+    raw = Raw(coord.port).login(coord.secret, "driver")
+    frame = raw.conn.send(m.Status(id=1, job=None)) * 20  # about 200 bytes: 10 s at this pace
+    t0 = time.monotonic()
+    _trickle(raw.sock, frame)
+    replies = raw.until_closed()
+    took = time.monotonic() - t0
+    # Every byte resets the idle clock, but not the frame's: it is cut off at its deadline.
+    assert replies[-1].code == "frame_timeout" and "stayed incomplete" in replies[-1].message  # type: ignore[attr-defined]
+    assert took < FRAME_S + 2, took
+    assert coord.call(lambda: coord.server.timed_out.get("frame_timeout")) == 1
+
+
+@pytest.mark.parametrize("partial", [b"\x00\x00", struct.pack(">I", 50) + b"\x81\xa2op"])
+def test_a_partial_frame_that_stalls_is_cut_off(coord, partial):
+    raw = Raw(coord.port).login(coord.secret, "driver")
+    raw.sock.sendall(partial)
+    replies = raw.until_closed()
+    assert [r.code for r in replies] == ["frame_timeout"]  # type: ignore[attr-defined]
+    assert f"({len(partial)} bytes received)" in replies[0].message  # type: ignore[attr-defined]
+
+
+def test_an_idle_authenticated_connection_is_closed(coord):
+    raw = Raw(coord.port).login(coord.secret, "admin")
+    replies = raw.until_closed()
+    assert [r.code for r in replies] == ["idle_timeout"]  # type: ignore[attr-defined]
+
+
+def test_a_connection_with_a_pending_wait_is_not_idle(coord):
+    with DriverClient(coord.address, coord.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1)))
+    raw = Raw(coord.port).login(coord.secret, "driver")
+    wait_s = IDLE_S * 4
+    t0 = time.monotonic()
+    raw.send(m.AwaitJob(id=7, job=job, timeout_s=wait_s))
+    answer = raw.next()  # the wait's own deadline answers it, not the idle timeout
+    assert isinstance(answer, m.Error) and (answer.id, answer.code) == (7, "timeout")
+    assert time.monotonic() - t0 >= wait_s - 0.05
+    # answered, nothing pending: the idle clock starts from the answer
+    assert [r.code for r in raw.until_closed()] == ["idle_timeout"]  # type: ignore[attr-defined]
+
+
+def test_a_blocking_client_reconnects_after_an_idle_close(coord):
+    with DriverClient(coord.address, coord.secret) as d:
+        wait_until(lambda: d.reconnects >= 1, what="the idle close and a reconnect")
+        assert d.status() == {"jobs": []}
+
+
+def test_pending_requests_per_connection_are_capped(coord):
+    with DriverClient(coord.address, coord.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1)))
+        token = d.job_token(job)
+        with_node = Raw(coord.port).login(token, "node", job)
+        with_node.send(m.Register(id=1, job=job, executor_id=0, attempt=0, host="127.0.0.1", port=1))
+        assert isinstance(with_node.next(), m.Reply)
+        extra = 5
+        for i in range(MAX_PENDING_PER_CONNECTION + extra):  # waits that stay pending
+            with_node.send(m.AwaitStop(id=100 + i, job=job, executor_id=0, attempt=0, timeout_s=60))
+        refused = [with_node.next() for _ in range(extra)]
+        assert all(isinstance(r, m.Error) and r.code == "too_many_requests" for r in refused)
+        assert [r.id for r in refused] == list(
+            range(100 + MAX_PENDING_PER_CONNECTION, 100 + MAX_PENDING_PER_CONNECTION + extra)
+        )  # type: ignore[attr-defined]
+        assert f"{MAX_PENDING_PER_CONNECTION} requests are already pending" in refused[0].message  # type: ignore[attr-defined]
+        # the limit is per connection: the driver's own connection is unaffected
+        assert d.status(job)["state"] == "READY"
+        d.stop(job, "done")  # answers every pending wait: the connection has room again
+        answered = {with_node.next().id for _ in range(MAX_PENDING_PER_CONNECTION)}  # type: ignore[attr-defined]
+        assert answered == set(range(100, 100 + MAX_PENDING_PER_CONNECTION))
+        with_node.send(m.Report(id=2, job=job, executor_id=0, attempt=0, state="stopped"))
+        assert with_node.next().result["state"] == "STOPPED"  # type: ignore[attr-defined]
+        with_node.close()
+
+
+def test_a_peer_that_does_not_read_its_replies_is_not_read_either(coord):
+    """Replies to a peer that never reads pile up only to a bound, not without end."""
+    size = 2000  # a status of this job is tens of KiB: a few fill any socket buffer
+    with DriverClient(coord.address, coord.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(size)))
+        reply_bytes = len(Connection().send(m.Reply(id=1, result=d.status(job))))
+    raw = Raw(coord.port).login(coord.secret, "admin")
+    requests = 20_000
+    flood = Connection().send(m.Status(id=1, job=job)) * requests
+    sender = threading.Thread(target=raw.sock.sendall, args=(flood,), daemon=True)
+    sender.start()  # it may block for good: the coordinator stops reading, which is the point
+
+    def paused() -> bool:
+        return coord.call(lambda: any(not p.transport.is_reading() for p in coord.server.peers.values()))
+
+    wait_until(paused, what="the coordinator to stop reading from the peer that does not read")
+    buffered = coord.call(
+        lambda: max(p.transport.get_write_buffer_size() for p in coord.server.peers.values())
+    )
+    # Without backpressure every request would leave its reply behind (requests x reply);
+    # with it, at most the replies to one read's worth of pending requests wait.
+    bound = (MAX_PENDING_PER_CONNECTION + 1) * reply_bytes
+    assert requests * reply_bytes > 100 * bound
+    assert buffered <= bound, (buffered, bound)
+    _driver_works(coord)
+    raw.close()
+    wait_until(lambda: _connections(coord) == 0, what="the greedy connection to be gone")
+
+
+def test_a_client_refused_for_the_connection_limit_backs_off_and_gets_in():
+    """Before: the refusal was a protocol error, raised at once; a full coordinator is busy, not broken."""
+    with EmbeddedCoordinator(max_connections=1) as coord:
+        held = Raw(coord.port)
+        got_in: list[dict] = []
+
+        def connect() -> None:
+            with DriverClient(coord.address, coord.secret, connect_deadline_s=30) as d:
+                got_in.append(d.status())
+
+        t = threading.Thread(target=connect, daemon=True)
+        t.start()
+        wait_until(lambda: coord.call(lambda: coord.server.rejected_connections) >= 1, what="a refusal")
+        held.close()
+        t.join(30)
+        assert got_in == [{"jobs": []}]
+
+
+def test_a_wrong_hello_proof_still_gets_its_own_error_before_any_limit(coord):
+    raw = Raw(coord.port)
+    raw.send(raw.hello(auth.new_secret(), "driver"))
+    assert [r.code for r in raw.until_closed()] == ["auth_failed"]  # type: ignore[attr-defined]

@@ -1,0 +1,68 @@
+"""One real Spark standalone cluster (master + worker, 2 executors x 1 core) per test session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark", reason="the Spark extra is not installed (pip install -e .[spark])")
+
+from tfcoord.node.standalone import LocalSparkCluster  # noqa: E402
+
+#: Executors look for `nvidia-smi` here first; the GPU test puts a fake one in it.
+FAKEBIN = "fakebin"
+
+
+@pytest.fixture(scope="session")
+def spark_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp(FAKEBIN)
+
+
+@pytest.fixture(scope="session")
+def gpu_lock_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The executors' GPU claims: this session's own, not the host's (other test runs share it)."""
+    return tmp_path_factory.mktemp("gpu-locks")
+
+
+@pytest.fixture(scope="session")
+def sc(spark_bin: Path, gpu_lock_dir: Path) -> Iterator[object]:
+    from pyspark import SparkConf, SparkContext
+    from pyspark.cloudpickle import register_pickle_by_value
+
+    import tests.spark.mapfuns as mapfuns
+
+    # Executors cannot import the test package; ship the map functions by value.
+    register_pickle_by_value(mapfuns)
+    os.environ.update(LocalSparkCluster.env())
+    with LocalSparkCluster(cores=2, memory_mb=6144) as cluster:
+        conf = (
+            SparkConf()
+            .setMaster(cluster.master_url)
+            .setAppName("tfcoord-tests")
+            .set("spark.executor.cores", "1")
+            .set("spark.cores.max", "2")
+            .set("spark.executor.memory", "1g")
+            .set("spark.pyspark.python", sys.executable)
+            .set("spark.task.maxFailures", "2")
+            .set("spark.ui.enabled", "false")
+            .set("spark.executorEnv.PATH", f"{spark_bin}:{os.environ['PATH']}")
+            .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
+            .set("spark.executorEnv.TFCOORD_GPU_LOCK_DIR", str(gpu_lock_dir))
+        )
+        context = SparkContext(conf=conf)
+        context.setLogLevel("ERROR")
+        try:
+            yield context
+        finally:
+            context.stop()
+
+
+@pytest.fixture(autouse=True)
+def _isolated(sc: object) -> Iterator[None]:
+    """Whatever a test leaves running on the executors is cancelled before the next one."""
+    yield
+    sc.cancelAllJobs()  # type: ignore[attr-defined]

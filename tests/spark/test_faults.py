@@ -1,0 +1,132 @@
+"""Fault injection on real Spark: an executor's TensorFlow process dies mid-training.
+
+The node's ``map_fun`` runs in a child of its Spark task (its pid is in the node's
+``child_pid`` metadata). SIGKILL it, as the kernel's OOM killer would: the task's
+supervisor sees the child die, reports the failure, and the coordinator fails the
+job at once, telling the other node to stop. The driver's wait must end within a
+few seconds with an error naming the node, its executor and its host.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tfcoord.client import JobFailed
+from tfcoord.node import spark as tfs
+
+from . import mapfuns
+from .mapfuns import args_for
+
+log = logging.getLogger(__name__)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+#: The issue's bound: a node killed mid-training fails the job within this.
+FAIL_WITHIN_S = 5.0
+#: TensorFlow takes about 6 s to import per process; two executors, a loaded machine.
+TRAINING_START_TIMEOUT_S = 120.0
+
+
+def _await_files(paths: list[Path], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all(p.exists() for p in paths):
+        assert time.monotonic() < deadline, (
+            f"training did not start: {[p.name for p in paths if not p.exists()]}"
+        )
+        time.sleep(0.05)
+
+
+def test_a_killed_tensorflow_process_fails_the_job_fast_naming_the_node(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.train_until_stopped, args_for(tmp_path), num_executors=2, num_ps=0)
+    try:
+        _await_files([tmp_path / f"training-{i}" for i in range(2)], TRAINING_START_TIMEOUT_S)
+        victim = next(
+            n for n in cluster.driver.status(cluster.job)["nodes"] if (n["role"], n["index"]) == ("worker", 1)
+        )
+        pid = int(victim["meta"]["child_pid"])
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(JobFailed) as failed:
+            cluster.driver.await_job(cluster.job, 60)
+        took = time.monotonic() - t0
+    finally:
+        with pytest.raises(JobFailed):  # shutdown reports the same failure and cleans up
+            cluster.shutdown()
+    log.info("the job failed %.2f s after its TensorFlow process was killed", took)
+    assert took < FAIL_WITHIN_S, f"the job took {took:.1f} s to fail"
+    msg = str(failed.value)
+    assert f"worker:1 (executor 1, host {victim['host']}" in msg
+    assert "killed by signal 9" in msg
+    status = failed.value.status
+    states = {(n["role"], n["index"]): n["state"] for n in status["nodes"]}
+    assert states[("worker", 1)] == "FAILED"
+    # the surviving node was told to stop (not left training for 300 s)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(next(n for n in status["nodes"] if n["index"] == 0)["meta"]["child_pid"]), 0)
+
+
+#: A process told to die by the kernel (SIGKILL) is gone within milliseconds; a loaded
+#: machine gets ample slack.
+ORPHAN_EXIT_TIMEOUT_S = 30.0
+
+
+def _await_exits(pids: list[int], timeout_s: float) -> list[int]:
+    """Wait on pidfds (they turn readable when the process exits); returns those still alive."""
+    fds = {}
+    for pid in pids:
+        try:
+            fds[os.pidfd_open(pid)] = pid
+        except ProcessLookupError:
+            pass  # gone already
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout_s
+    try:
+        left = dict(fds)
+        while left and time.monotonic() < deadline:
+            for fd, _ in poller.poll(max(1, int((deadline - time.monotonic()) * 1000))):
+                poller.unregister(fd)
+                left.pop(fd, None)
+        return list(left.values())
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_killed_supervisor_takes_map_fun_and_tensorboard_with_it(sc, tmp_path):
+    """Spark SIGKILLs a task's Python worker on cancel or speculation: nothing it started may live on."""
+    cluster = tfs.run(sc, mapfuns.wait_for_flag, args_for(tmp_path), num_executors=2, num_ps=0,
+                      tensorboard=True, log_dir=str(tmp_path / "tb"))  # fmt: skip
+    orphans: list[int] = []
+    try:
+        version, node = 0, None
+        deadline = time.monotonic() + TRAINING_START_TIMEOUT_S
+        while node is None:  # RUNNING: map_fun's process is forked and its pid is known
+            assert time.monotonic() < deadline, "worker 0 never reported RUNNING"
+            st = cluster.driver.watch(cluster.job, version, 10.0)
+            version = st["version"]
+            node = next((n for n in st["nodes"] if n["index"] == 0 and n["state"] == "RUNNING"), None)
+        supervisor = int(node["meta"]["pid"])
+        orphans = [int(node["meta"]["child_pid"]), int(node["meta"]["tensorboard_pid"])]
+        assert supervisor not in orphans
+        assert _await_exits(orphans, 0.0) == orphans, "map_fun and TensorBoard must run before the kill"
+        os.kill(supervisor, signal.SIGKILL)
+        alive = _await_exits(orphans, ORPHAN_EXIT_TIMEOUT_S)
+        assert alive == [], f"left behind after the supervisor died: {alive}"
+    finally:
+        for pid in orphans:  # without the fix, do not leave them to the next test
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        (tmp_path / "done").touch()
+        with pytest.raises(JobFailed):  # the node was lost: the job failed, and says so
+            cluster.shutdown()

@@ -1,0 +1,172 @@
+"""InputMode.SPARK on a real Spark standalone cluster: RDDs and a DStream fed into real TensorFlow nodes.
+
+One TensorFlow worker runs on one executor; the feeding tasks run on the other, so
+nothing depends on a feeding task sharing a Python worker with its node.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tfcoord.client import JobFailed, auth
+from tfcoord.node import spark as tfs
+
+from . import mapfuns
+from .mapfuns import alive, args_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+SPARK = tfs.InputMode.SPARK
+
+
+def test_inference_returns_the_sum_of_squares(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.infer_squares, args_for(tmp_path), 1, 0, input_mode=SPARK)
+    try:
+        rdd = sc.parallelize(range(1000), 10)
+        results = cluster.inference(rdd, feed_timeout=60)
+        assert results.sum() == sum(x * x for x in range(1000))
+        # one result per record, in order within each partition
+        assert results.glom().collect() == rdd.map(lambda x: x * x).glom().collect()
+    finally:
+        status = cluster.shutdown(grace_secs=60)  # returns as soon as the node has finished
+    assert status["state"] == "SUCCEEDED"
+
+
+def test_training_over_two_epochs_consumes_every_record_twice(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.train_counting, args_for(tmp_path), 1, 0, input_mode=SPARK)
+    rdd = sc.parallelize([(i / 1000, 3 * i / 1000 + 1) for i in range(1000)], 7)
+    cluster.train(rdd, num_epochs=2, feed_timeout=60)
+    status = cluster.shutdown(grace_secs=60)
+    assert status["state"] == "SUCCEEDED"
+    rec = json.loads((tmp_path / "0.json").read_text())
+    assert {int(k): v for k, v in rec["counts"].items()} == {i: 2 for i in range(1000)}
+    assert status["nodes"][0]["meta"]["result.records"] == 2000
+    assert rec["loss"] < rec["first_loss"] / 10  # real TensorFlow learned from it
+
+
+def test_a_raising_node_fails_the_feed_fast_with_its_traceback(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.raise_at_once, args_for(tmp_path), 1, 0, input_mode=SPARK)
+    t0 = time.monotonic()
+    with pytest.raises(JobFailed, match="injected failure in a fed map_fun") as e:
+        cluster.train(sc.parallelize(range(100), 2), feed_timeout=1)
+    assert "Traceback" in str(e.value) and "worker:0" in str(e.value)
+    assert time.monotonic() - t0 < 30
+    with pytest.raises(JobFailed, match="injected failure"):
+        cluster.shutdown()
+
+
+#: The node fails this long after the feed ends, i.e. after the driver called shutdown().
+LATE_S = 2.0
+
+
+def test_a_late_error_surfaces_at_shutdown_within_grace_secs(sc, tmp_path):
+    cluster = tfs.run(
+        sc, mapfuns.raise_after_feed, args_for(tmp_path, delay_s=LATE_S), 1, 0, input_mode=SPARK
+    )
+    cluster.train(sc.parallelize(range(500), 3), num_epochs=1, feed_timeout=60)
+    t0 = time.monotonic()
+    with pytest.raises(JobFailed, match="late failure after consuming 500 records"):
+        cluster.shutdown(grace_secs=5)
+    assert time.monotonic() - t0 < 5 + 10  # raised once the node failed, not after a fixed sleep
+
+
+def test_without_grace_secs_a_late_error_is_not_waited_for(sc, tmp_path):
+    # TensorFlowOnSpark's semantic: the nodes get grace_secs after the feed ends, then are stopped.
+    cluster = tfs.run(
+        sc, mapfuns.raise_after_feed, args_for(tmp_path, delay_s=LATE_S), 1, 0, input_mode=SPARK
+    )
+    cluster.train(sc.parallelize(range(500), 3), num_epochs=1, feed_timeout=60)
+    status = cluster.shutdown(grace_secs=0)
+    assert status["state"] == "STOPPED" and "grace_secs" in status["stop_reason"]
+    assert status["nodes"][0]["state"] == "STOPPED" and not status["nodes"][0]["error"]
+
+
+def test_a_trainer_that_stops_reading_times_out_naming_node_and_queue(sc, tmp_path):
+    from tfcoord.node.feedwire import FeedTimeout
+
+    cluster = tfs.run(sc, mapfuns.never_read, args_for(tmp_path), 1, 0, input_mode=SPARK)
+    try:
+        with pytest.raises(
+            FeedTimeout, match=r"worker:0 \(executor 0, host .*\) took no records from queue 'input'"
+        ):
+            cluster.train(sc.parallelize(range(200_000), 1), num_epochs=1, feed_timeout=1)
+    finally:
+        (tmp_path / "done").touch()
+        cluster.shutdown()
+
+
+def test_two_fed_workers_without_a_free_slot_each_are_refused(sc, tmp_path):
+    # Both executors' slots hold the two workers: feeding them could only deadlock.
+    cluster = tfs.run(sc, mapfuns.never_read, args_for(tmp_path), 2, 0, input_mode=SPARK)
+    try:
+        with pytest.raises(
+            ValueError, match=r"feeding needs 2 free Spark task slot\(s\).*spark\.executor\.cores=2"
+        ):
+            cluster.train(sc.parallelize(range(10), 2))
+    finally:
+        (tmp_path / "done").touch()
+        cluster.shutdown(grace_secs=30)
+
+
+def test_feeding_a_tensorflow_mode_cluster_is_refused(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.report_context, args_for(tmp_path), 1, 0)
+    try:
+        with pytest.raises(ValueError, match=r"input_mode=InputMode\.SPARK"):
+            cluster.train(sc.parallelize(range(3)))
+    finally:
+        cluster.shutdown()
+
+
+def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path):
+    from pyspark.streaming import StreamingContext
+
+    cluster = tfs.run(sc, mapfuns.stream_consumer, args_for(tmp_path), 1, 0, input_mode=SPARK)
+    with pytest.warns(FutureWarning, match="DStream is deprecated"):
+        ssc = StreamingContext(sc, 0.5)
+    batches = 200
+    stream = ssc.queueStream([sc.parallelize(range(i * 100, (i + 1) * 100), 2) for i in range(batches)])
+    cluster.train(stream, feed_timeout=30)
+    ssc.start()
+    log = tmp_path / "consumed.jsonl"
+    deadline = time.monotonic() + 60
+    while not (log.exists() and len(log.read_text().splitlines()) >= 4):  # wait: 2 micro-batches in
+        assert time.monotonic() < deadline, "the stream fed nothing"
+        time.sleep(0.1)
+
+    secret = tmp_path / "secret"
+    auth.write_secret(secret, cluster._embedded.secret)
+    cli = [sys.executable, "-m", "tfcoord", "stop", cluster.job, "--address", cluster._embedded.address,
+           "--secret-file", str(secret)]  # fmt: skip
+    dry = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0 and "would stop 1 node(s)" in dry.stdout and "dry run" in dry.stdout
+    assert cluster.driver.status(cluster.job)["state"] == "RUNNING"
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    stopped_at = time.time()
+    assert done.returncode == 0 and "stopping 1 node(s)" in done.stdout, done.stdout + done.stderr
+
+    status = cluster.shutdown(ssc)
+    assert status["state"] == "STOPPED"
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    records = [r for line in lines for r in line["records"]]
+    assert len(records) == len(set(records))  # nothing fed twice
+    assert max(records) < batches * 100 - 100  # the stream was cut, not drained
+    # Only what was handed over before the stop was still consumed, within moments of it.
+    assert max(line["t"] for line in lines) < stopped_at + 2.0
+    node = status["nodes"][0]
+    assert node["state"] == "STOPPED" and not alive(int(node["meta"]["child_pid"]))
+    assert sc.statusTracker().getActiveJobsIds() == []
+
+
+def test_terminate_inside_the_node_stops_feeding_and_the_job(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.terminate_early, args_for(tmp_path, limit=300), 1, 0, input_mode=SPARK)
+    cluster.train(sc.parallelize(range(100_000), 20), num_epochs=1, feed_timeout=60)  # returns: stopping
+    status = cluster.shutdown()
+    assert status["state"] == "STOPPED" and "DataFeed.terminate() on worker:0" in status["stop_reason"]
+    consumed = json.loads((tmp_path / "0.json").read_text())["consumed"]
+    assert 300 <= consumed < 100_000
+    assert not alive(int(status["nodes"][0]["meta"]["child_pid"]))

@@ -1,0 +1,293 @@
+"""TensorFlow clusters on a real Spark standalone cluster, through the TensorFlowOnSpark-shaped API."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tfcoord.client import JobFailed
+from tfcoord.node import spark as tfs
+
+from . import mapfuns
+from .mapfuns import alive, args_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def _records(out: Path, n: int) -> list[dict]:
+    return [json.loads((out / f"{i}.json").read_text()) for i in range(n)]
+
+
+def test_basic_run_assigns_roles_and_always_sets_tf_config(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.report_context, args_for(tmp_path), num_executors=2, num_ps=0)
+    status = cluster.shutdown()
+    assert status["state"] == "SUCCEEDED"
+    recs = _records(tmp_path, 2)
+    spec = recs[0]["cluster_spec"]
+    assert list(spec) == ["worker"] and len(spec["worker"]) == 2
+    for i, r in enumerate(recs):
+        assert (r["job_name"], r["task_index"], r["worker_num"], r["num_workers"]) == ("worker", i, i, 2)
+        # TF_CONFIG is set even without a chief (TensorFlowOnSpark issue #560)
+        assert r["tf_config"] == {"cluster": spec, "task": {"type": "worker", "index": i}}
+        assert r["cuda"] == ""  # always set: CPU here
+        assert r["defaultFS"] == "file://" and r["absolute"].startswith("file:///")
+    assert len({r["pid"] for r in recs}) == 2
+
+
+def test_mwms_training_on_two_executors_agrees(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.mwms_train, args_for(tmp_path, steps=30), num_executors=2, num_ps=0)
+    cluster.shutdown()
+    a, b = _records(tmp_path, 2)
+    assert a["replicas"] == b["replicas"] == 2
+    assert (a["w"], a["b"]) == (b["w"], b["b"])
+    assert abs(a["w"] - 3) < 0.05 and abs(a["b"] - 2) < 0.05
+
+
+def test_ps_and_worker_cluster(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.ps_and_worker, args_for(tmp_path), num_executors=2, num_ps=1)
+    status = cluster.shutdown()
+    ps, worker = _records(tmp_path, 2)
+    assert ps["job_name"] == "ps" and worker["job_name"] == "worker"
+    assert worker["value"] == 42.0 and "/job:ps/" in worker["device"]
+    states = {n["role"]: n["state"] for n in status["nodes"]}
+    assert states == {"ps": "STOPPED", "worker": "SUCCEEDED"}  # the ps was told to stop, not left running
+    ps_pid = next(int(n["meta"]["child_pid"]) for n in status["nodes"] if n["role"] == "ps")
+    assert ps_pid == ps["pid"] and not alive(ps_pid)  # its TensorFlow server process is gone
+
+
+def test_chief_and_evaluator_roles(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.report_context, args_for(tmp_path), num_executors=2, num_ps=0,
+                      master_node="chief", eval_node=True)  # fmt: skip
+    status = cluster.shutdown()
+    chief, evaluator = _records(tmp_path, 2)  # TensorFlowOnSpark's order: chief, then evaluator
+    assert (chief["job_name"], chief["task_index"], evaluator["job_name"], evaluator["task_index"]) == (
+        "chief", 0, "evaluator", 0)  # fmt: skip
+    assert chief["tf_config"]["task"] == {"type": "chief", "index": 0}
+    assert evaluator["tf_config"]["task"] == {"type": "evaluator", "index": 0}
+    assert chief["num_workers"] == 1 and set(chief["cluster_spec"]) >= {"chief"}
+    # The chief's success is the job's; the evaluator serves it and has ended with it (STOPPED
+    # when the stop came before its map_fun returned, SUCCEEDED when it came after).
+    assert status["state"] == "SUCCEEDED"
+    states = {n["role"]: n["state"] for n in status["nodes"]}
+    assert states["chief"] == "SUCCEEDED" and states["evaluator"] in ("STOPPED", "SUCCEEDED")
+    assert not alive(evaluator["pid"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:  # bind-close: the only way to name a port in advance, as a user does
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def test_tensorflow_and_tensorboard_ports_are_honoured(sc, tmp_path):
+    tf_port, tb_port = _free_port(), _free_port()
+    # Environment variables for the node tasks' Python workers (pyspark ships sc.environment).
+    sc.environment.update(TENSORFLOW_PORT=str(tf_port), TENSORBOARD_PORT=str(tb_port))
+    try:
+        cluster = tfs.run(sc, mapfuns.wait_for_flag, args_for(tmp_path), num_executors=1, num_ps=0,
+                          tensorboard=True, log_dir=str(tmp_path / "tb"))  # fmt: skip
+    finally:
+        for k in ("TENSORFLOW_PORT", "TENSORBOARD_PORT"):
+            sc.environment.pop(k, None)
+    try:
+        url = cluster.tensorboard_url()
+        assert url is not None and url.endswith(f":{tb_port}")
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert page.status == 200
+    finally:
+        (tmp_path / "done").touch()
+        status = cluster.shutdown()
+    assert status["nodes"][0]["port"] == tf_port
+    assert _records(tmp_path, 1)[0]["cluster_spec"]["worker"][0].endswith(f":{tf_port}")
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_release_port(sc, tmp_path, release):
+    cluster = tfs.run(
+        sc, mapfuns.check_port, args_for(tmp_path), num_executors=2, num_ps=0, release_port=release
+    )
+    cluster.shutdown()
+    for r in _records(tmp_path, 2):
+        assert r["free_before_release"] is release  # held until ctx.release_port() when release_port=False
+        assert r["free_after_release"] is True
+
+
+def test_tensorboard_url_answers_http(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.wait_for_flag, args_for(tmp_path), num_executors=2, num_ps=0,
+                      tensorboard=True, log_dir=str(tmp_path / "tb"))  # fmt: skip
+    try:
+        url = cluster.tensorboard_url()
+        assert url is not None and url.startswith("http://")
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert page.status == 200 and b"TensorBoard" in page.read()
+    finally:
+        (tmp_path / "done").touch()
+        status = cluster.shutdown()
+    assert status["state"] == "SUCCEEDED"
+    tb = [n for n in status["nodes"] if n["meta"].get("tensorboard_url")]
+    assert [(n["role"], n["index"]) for n in tb] == [("worker", 0)]
+    with pytest.raises(OSError):  # stopped with its node
+        urllib.request.urlopen(url, timeout=5)
+
+
+def test_raising_map_fun_fails_the_job_fast_with_its_traceback(sc, tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(JobFailed) as e:
+        cluster = tfs.run(sc, mapfuns.raise_on_worker_1, args_for(tmp_path), num_executors=2, num_ps=0)
+        cluster.shutdown()
+    took = time.monotonic() - t0
+    msg = str(e.value)
+    assert "worker:1 (executor 1, host" in msg and "failed:" in msg
+    assert "ValueError: injected failure in map_fun on worker 1" in msg and "Traceback" in msg
+    assert took < 60, f"took {took:.0f} s; the other node sleeps 600 s and must have been stopped"
+
+
+def test_reservation_timeout_names_missing_executors(sc, tmp_path):
+    # three nodes on two executor slots: executor 2 can never start
+    with pytest.raises(JobFailed) as e:
+        tfs.run(
+            sc, mapfuns.report_context, args_for(tmp_path), num_executors=3, num_ps=0, reservation_timeout=8
+        )
+    msg = str(e.value)
+    assert "reservation timed out after 8 s: 1 of 3 slots not filled" in msg
+    assert "worker:2 (executor 2): never registered" in msg
+    assert "dynamic allocation" in msg  # the usual causes are suggested
+
+
+def test_argument_checks_say_what_to_change(sc, tmp_path):
+    with pytest.raises(ValueError, match="leaves no room for 3 ps"):
+        tfs.run(sc, mapfuns.report_context, args_for(tmp_path), num_executors=2, num_ps=3)
+    with pytest.raises(ValueError, match="at least one worker or a chief"):
+        tfs.run(sc, mapfuns.report_context, args_for(tmp_path), num_executors=1, num_ps=1)
+
+
+@pytest.mark.parametrize("barrier", [True, False])
+def test_parallel_runs_independent_nodes(sc, tmp_path, barrier):
+    tfs.parallel(sc, mapfuns.independent, args_for(tmp_path), num_executors=2, use_barrier=barrier)
+    recs = _records(tmp_path, 2)
+    assert [r["executor_id"] for r in recs] == [0, 1]
+    assert all(r["tf_config"] is None and r["num_workers"] == 2 for r in recs)
+
+
+def test_parallel_barrier_with_too_few_slots_is_a_clear_error(sc, tmp_path):
+    with pytest.raises(ValueError, match="barrier mode needs 3 task slots at once but the cluster has 2"):
+        tfs.parallel(sc, mapfuns.independent, args_for(tmp_path), num_executors=3)
+
+
+@pytest.mark.parametrize("barrier", [True, False])
+def test_parallel_map_fun_error_names_the_task_with_its_traceback(sc, tmp_path, barrier):
+    with pytest.raises(tfs.ParallelTaskFailed) as e:
+        tfs.parallel(sc, mapfuns.raise_on_task_1, args_for(tmp_path), num_executors=2, use_barrier=barrier)
+    msg = str(e.value)
+    assert re.search(
+        r"parallel task 1 of 2 \(host \S+, stage \d+ partition 1 TID \d+ attempt \d+\) failed:", msg
+    )
+    assert "Traceback (most recent call last)" in msg and "raise_on_task_1" in msg
+    assert "ValueError: injected failure in parallel task 1" in msg
+    assert "\tat org.apache" not in msg  # the Python story, not the Java stack
+
+
+#: Runs parallel() right after SparkContext() returns, before the executors have registered.
+EARLY_PARALLEL = """
+import sys
+from pyspark import SparkConf, SparkContext
+from tfcoord.node import spark as tfs
+
+def fn(args, ctx):
+    pass
+
+conf = SparkConf().setMaster("local-cluster[2,1,1024]").setAppName("early").set("spark.ui.enabled", "false")
+sc = SparkContext(conf=conf)
+sc.setLogLevel("ERROR")
+print("slots at start:", tfs._task_slots(sc), flush=True)
+tfs.parallel(sc, fn, None, num_executors=2)
+print("parallel done", flush=True)
+sc.stop()
+"""
+
+
+def test_parallel_right_after_the_spark_context_starts_waits_for_executors(tmp_path):
+    from tfcoord.node.standalone import LocalSparkCluster
+
+    out = subprocess.run([sys.executable, "-c", EARLY_PARALLEL], capture_output=True, text=True, timeout=240,
+                         env=LocalSparkCluster.env(), cwd=tmp_path)  # fmt: skip
+    assert "slots at start: 0" in out.stdout, out.stdout + out.stderr[-3000:]  # the case this is about
+    assert out.returncode == 0 and "parallel done" in out.stdout, out.stderr[-3000:]
+
+
+def test_tensorflowonspark_driver_code_runs_unchanged(sc, tmp_path):
+    # The driver and map_fun use TensorFlowOnSpark's names only; the import is the one change.
+    from tfcoord.compat.tensorflowonspark import TFCluster
+
+    args = args_for(tmp_path, export=str(tmp_path / "model"))  # hdfs_path makes it file:///...
+    cluster = TFCluster.run(sc, mapfuns.tfos_style, args, 1, 0, False, TFCluster.InputMode.SPARK,
+                            master_node="chief")  # fmt: skip
+    results = cluster.inference(sc.parallelize(range(100), 4)).collect()
+    cluster.shutdown(grace_secs=60)
+    assert results == [2.0 * x + 1.0 for x in range(100)]  # computed by TensorFlow on the node
+    rec = json.loads((tmp_path / "tfos.json").read_text())
+    assert (rec["worker_num"], rec["job_name"], rec["task_index"], rec["records"]) == (0, "chief", 0, 100)
+    assert rec["target"] == "grpc://" + rec["cluster"]["chief"][0]  # served at this node's address
+
+    import tensorflow as tf
+
+    for export in ("model", "model-ctx"):  # the chief's SavedModel, from TFNode and from ctx
+        loaded = tf.saved_model.load(str(tmp_path / export))
+        assert loaded(tf.constant([3.0])).numpy().tolist() == [7.0]
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  *query-gpu*) printf '0, GPU-aaaa, 16000, 10, 15990\\n1, GPU-bbbb, 16000, 12000, 4000\\n' ;;
+  *query-compute-apps*) printf 'GPU-bbbb, 4242, python, 12000\\n' ;;
+esac
+"""
+
+
+def test_gpu_selection_with_fake_nvidia_smi(sc, tmp_path, spark_bin):
+    smi = spark_bin / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI)
+    smi.chmod(0o755)
+    try:
+        cluster = tfs.run(
+            sc, mapfuns.report_context, args_for(tmp_path, num_gpus=1), num_executors=1, num_ps=0
+        )
+        status = cluster.shutdown()
+    finally:
+        smi.unlink()
+    assert _records(tmp_path, 1)[0]["cuda"] == "0"  # GPU 1 is busy (pid 4242)
+    assert status["nodes"][0]["gpus"] == ["GPU-aaaa"]
+
+
+TWO_FREE_GPUS = """#!/bin/sh
+case "$*" in
+  *query-gpu*) printf '0, GPU-aaaa, 16000, 0, 16000\\n1, GPU-bbbb, 16000, 0, 16000\\n' ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("api", ["run", "parallel"])
+def test_two_nodes_on_one_host_get_different_gpus(sc, tmp_path, spark_bin, api):
+    # Both executors run on this host and nvidia-smi shows both GPUs idle to both nodes
+    # (nothing has started on them yet): only the host-local claim keeps them apart.
+    smi = spark_bin / "nvidia-smi"
+    smi.write_text(TWO_FREE_GPUS)
+    smi.chmod(0o755)
+    args = args_for(tmp_path, num_gpus=1)
+    try:
+        if api == "run":
+            status = tfs.run(sc, mapfuns.wait_for_peer, args, num_executors=2, num_ps=0).shutdown()
+            assert sorted(g for n in status["nodes"] for g in n["gpus"]) == ["GPU-aaaa", "GPU-bbbb"]
+        else:
+            tfs.parallel(sc, mapfuns.wait_for_peer, args, num_executors=2)
+    finally:
+        smi.unlink()
+    assert sorted(r["cuda"] for r in _records(tmp_path, 2)) == ["0", "1"]

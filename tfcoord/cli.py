@@ -1,0 +1,738 @@
+"""The ``tfcoord`` command line. Flags, environment and files are read here and only here.
+
+    tfcoord serve   --host H --port P --port-file F --secret-file S [--state-dir D]
+                    [--http-host H --http-port P --http-port-file F --http-token-file T]
+                    [--tls-cert F --tls-key F [--tls-ca F]]
+    tfcoord env-check [--address A] [--secret-file S]
+    tfcoord status  [JOB] [--json]
+    tfcoord stop    JOB [--dry-run] [--reason TEXT]
+    tfcoord submit  --engine local --workers N [--ps N] [--chief] [--evaluator] -- COMMAND...
+    tfcoord submit  --engine mesos --job ps:1:cpus=1,mem=1024 --job worker:2:cpus=2,mem=4096,gpus=1 [-- COMMAND...]
+    tfcoord node    --address A --job J --executor-id I (-- COMMAND... | --server-mode) (token in TFCOORD_TOKEN)
+
+Clients find the coordinator through ``--address``/``TFCOORD_ADDRESS`` and its
+secret through ``--secret-file``/``TFCOORD_SECRET_FILE``. ``submit`` without an
+address starts an embedded coordinator for the job's lifetime. Against a coordinator
+serving TLS, clients trust ``TFCOORD_TLS_CA`` and, for mutual TLS, present
+``TFCOORD_TLS_CERT`` and ``TFCOORD_TLS_KEY``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import json
+import logging
+import os
+import signal
+import socket
+import ssl
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfcoord import __version__
+from tfcoord.client import DriverClient, JobSpec, TfcoordError, TlsError, auth, make_roles, tls
+from tfcoord.client.progress import describe
+from tfcoord.coordinator.state import KEEP_FINISHED_JOBS, KEEP_FINISHED_S
+
+log = logging.getLogger("tfcoord")
+
+ADDRESS_ENV = "TFCOORD_ADDRESS"
+SECRET_FILE_ENV = "TFCOORD_SECRET_FILE"
+#: Client-side TLS: the CA that signed the coordinator's certificate, and this client's
+#: own certificate and key when the coordinator demands them (mutual TLS).
+TLS_CA_ENV = "TFCOORD_TLS_CA"
+TLS_CERT_ENV = "TFCOORD_TLS_CERT"
+TLS_KEY_ENV = "TFCOORD_TLS_KEY"
+#: systemd names its readiness socket here (Type=notify); see coordinator/sdnotify.py.
+NOTIFY_SOCKET_ENV = "NOTIFY_SOCKET"
+
+
+class UsageError(Exception):
+    """Bad flags or environment: printed as one line, exit code 2."""
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    host: str
+    port: int
+    port_file: Path | None
+    secret: bytes
+    state_dir: Path | None
+    log_format: str
+    #: The HTTP API and dashboard; no HTTP server when ``http_port`` is None.
+    http_host: str = "127.0.0.1"
+    http_port: int | None = None
+    http_port_file: Path | None = None
+    http_token: bytes | None = None
+    notify_socket: str | None = None
+    #: TLS for the TCP protocol and the HTTP API; None serves plaintext.
+    ssl_context: ssl.SSLContext | None = None
+    #: Run the Mesos framework (a ``MesosConfig``) for jobs of engine "mesos"; None: no Mesos.
+    mesos: Any = None
+    #: The address Mesos tasks dial back to (default: the bound host, or this host's name).
+    advertise_host: str | None = None
+    #: Finished jobs kept (see ``coordinator.state.KEEP_FINISHED_JOBS``): how many, how long.
+    keep_finished_jobs: int = KEEP_FINISHED_JOBS
+    keep_finished_s: float = KEEP_FINISHED_S
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    address: str
+    secret: bytes
+    ssl_context: ssl.SSLContext | None = None
+
+
+def _secret_from(path: str | None, *, create: bool = False) -> bytes:
+    if not path:
+        raise UsageError(f"no coordinator secret: pass --secret-file or set {SECRET_FILE_ENV}")
+    return _credential(Path(path), "coordinator secret", create=create)
+
+
+def _http_token_from(path: str) -> bytes:
+    """The HTTP bearer token: a separate credential that only reads."""
+    return _credential(Path(path), "HTTP bearer token", create=True)
+
+
+def _separate_http_token(token_file: str, secret_file: str | None, secret: bytes) -> bytes:
+    """The HTTP token, refused when it is the coordinator secret under another name.
+
+    The token only reads, and it travels where the secret never may: in the dashboard's
+    ``?token=`` URL, so in browser history and sometimes in proxy logs. Whoever holds the
+    secret can submit and stop jobs and mint every job token.
+    """
+    why = ("the HTTP token travels in browser URLs (the dashboard's ?token=), while the secret lets its "
+           "holder run and stop jobs; give --http-token-file a file of its own (created if missing)")  # fmt: skip
+    token_path, secret_path = Path(token_file), Path(secret_file or "")
+    if token_path.resolve() == secret_path.resolve() or (
+        token_path.exists() and secret_path.exists() and token_path.samefile(secret_path)
+    ):
+        raise UsageError(f"--http-token-file {token_file} is the coordinator secret file: {why}")
+    token = _http_token_from(token_file)
+    if hmac.compare_digest(token, secret):
+        raise UsageError(f"--http-token-file {token_file} holds the coordinator secret: {why}")
+    return token
+
+
+def _credential(p: Path, what: str, *, create: bool) -> bytes:
+    """A key file: created (mode 600) when missing and ``create``; refused if others can read it."""
+    if not p.exists():
+        if not create:
+            raise UsageError(f"{what} file {p} does not exist")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        auth.write_secret(p)
+        log.info("created a new %s in %s (mode 600)", what, p)
+    try:
+        return auth.read_secret(p)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{what}: {e}") from None
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(f"{port}\n")
+    tmp.replace(path)  # atomic: a reader never sees a half-written file
+
+
+def _client_config(args: argparse.Namespace) -> ClientConfig:
+    address = args.address or os.environ.get(ADDRESS_ENV)
+    if not address:
+        raise UsageError(f"no coordinator address: pass --address HOST:PORT or set {ADDRESS_ENV}")
+    return ClientConfig(
+        address, _secret_from(args.secret_file or os.environ.get(SECRET_FILE_ENV)), _client_tls()
+    )
+
+
+def _client_tls() -> ssl.SSLContext | None:
+    """The client's TLS context from TFCOORD_TLS_*; None (plaintext) when none is set."""
+    ca, cert, key = (os.environ.get(k) or None for k in (TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV))
+    if ca is None and cert is None and key is None:
+        return None
+    try:
+        return tls.client_context(ca, cert, key)
+    except TlsError as e:
+        raise UsageError(str(e)) from None
+
+
+def _server_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    if not args.tls_cert and not args.tls_key:
+        if args.tls_ca:
+            raise UsageError(
+                "--tls-ca (mutual TLS) needs --tls-cert and --tls-key: the coordinator's own certificate"
+            )
+        return None
+    if not (args.tls_cert and args.tls_key):
+        raise UsageError("--tls-cert and --tls-key go together: the certificate and its private key")
+    try:
+        return tls.server_context(args.tls_cert, args.tls_key, args.tls_ca)
+    except TlsError as e:
+        raise UsageError(str(e)) from None
+
+
+# -- logging ------------------------------------------------------------------------------
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {"ts": record.created, "level": record.levelname, "logger": record.name,
+                               "message": record.getMessage()}  # fmt: skip
+        # The coordinator logs job changes as "job %s: ..."; lift the id into its own field.
+        if isinstance(record.args, tuple) and record.args and str(record.msg).startswith("job %s"):
+            out["job"] = record.args[0]
+        for key in ("job", "node", "state"):  # structured fields the coordinator attaches (extra=)
+            value = getattr(record, key, None)
+            if value:
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def _setup_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+# -- serve --------------------------------------------------------------------------------
+
+
+async def _serve(cfg: ServeConfig) -> None:
+    from tfcoord.coordinator.journal import MemoryJournal, SqliteJournal
+    from tfcoord.coordinator.server import CoordinatorServer, ServerConfig
+
+    journal = SqliteJournal(cfg.state_dir) if cfg.state_dir else MemoryJournal()
+    server = CoordinatorServer(
+        ServerConfig(
+            secret=cfg.secret,
+            host=cfg.host,
+            port=cfg.port,
+            ssl_context=cfg.ssl_context,
+            keep_finished_jobs=cfg.keep_finished_jobs,
+            keep_finished_s=cfg.keep_finished_s,
+        ),
+        journal,
+    )
+    replayed = server.recover()
+    host, port = await server.start()
+    log.info("tfcoord %s coordinator listening on %s:%d (%d journal events replayed, state in %s)",
+             __version__, host, port, replayed, cfg.state_dir or "memory")  # fmt: skip
+    engine = None
+    http_runner = None
+    status = f"listening on {host}:{port}"
+    try:
+        if cfg.mesos is not None:
+            from tfcoord.coordinator.mesos.engine import MesosEngine
+
+            advertise = cfg.advertise_host or (
+                host if host not in ("0.0.0.0", "::", "") else socket.getfqdn()
+            )
+            # With a journal the framework outlives this process (a restart resubscribes and keeps its
+            # tasks); without one nothing could pick it up again, so it is torn down on shutdown.
+            starting = MesosEngine(
+                server, cfg.mesos, f"{advertise}:{port}", teardown_on_close=cfg.state_dir is None
+            )
+            await starting.start()
+            engine = starting
+        if cfg.http_port is not None:
+            from tfcoord.coordinator.http import start_http
+
+            assert cfg.http_token is not None
+            try:
+                http_runner, http_port = await start_http(
+                    server, cfg.http_host, cfg.http_port, cfg.http_token, cfg.ssl_context
+                )
+            except OSError as e:  # the port is taken, or the host is not ours
+                raise UsageError(f"cannot serve HTTP on {cfg.http_host}:{cfg.http_port}: {e}; "
+                                 "the coordinator did not start") from None  # fmt: skip
+            status += f", HTTP on {cfg.http_host}:{http_port}"
+    except BaseException:
+        # Nothing half-started outlives a failed start: no framework left subscribed, no open port.
+        if engine is not None:
+            await engine.close()
+        await server.close()
+        raise
+    # The port files, like READY=1, say "serving": written only once every listener is up,
+    # so a start that fails leaves none behind pointing at a dead coordinator.
+    if cfg.port_file:
+        _write_port_file(cfg.port_file, port)
+    if cfg.http_port_file and http_runner is not None:
+        _write_port_file(cfg.http_port_file, http_port)
+    _sd_notify(cfg.notify_socket, READY=1, STATUS=status)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    _sd_notify(cfg.notify_socket, STOPPING=1, STATUS="shutting down")
+    if http_runner is not None:
+        await http_runner.cleanup()
+    if engine is not None:
+        await engine.close()
+    await server.close()
+
+
+def _sd_notify(socket_path: str | None, **fields: str | int) -> None:
+    from tfcoord.coordinator.sdnotify import notify
+
+    try:
+        notify(socket_path, **fields)
+    except OSError as e:  # systemd went away or the unit is misconfigured: keep serving
+        log.warning("cannot notify systemd through %s: %s", socket_path, e)
+
+
+def _raise_fd_limit() -> None:
+    """One file descriptor per node connection: lift the soft limit to the hard one."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _serve_mesos(args: argparse.Namespace) -> Any:
+    """The Mesos framework's configuration when MESOS_MASTER (or --mesos-master) is set."""
+    if not (args.mesos_master or os.environ.get("MESOS_MASTER")):
+        return None
+    from tfcoord.coordinator.mesos.config import MesosConfig
+    from tfcoord.coordinator.mesos.errors import MesosConfigError
+
+    try:
+        return MesosConfig.from_env(os.environ, master=args.mesos_master)
+    except MesosConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from tfcoord.coordinator.journal import StateDirError
+
+    _raise_fd_limit()
+
+    if args.keep_finished_jobs < 1 or not args.keep_finished_days > 0:
+        raise UsageError("--keep-finished-jobs must be at least 1 and --keep-finished-days above 0")
+    if args.http_port is None and (args.http_port_file or args.http_token_file):
+        raise UsageError("--http-port-file and --http-token-file need --http-port (0 picks a free port)")
+    if args.http_port is not None and not args.http_token_file:
+        raise UsageError("--http-port needs --http-token-file: the API and dashboard require a bearer "
+                         "token (the file is created, mode 600, if missing)")  # fmt: skip
+    secret_file = args.secret_file or os.environ.get(SECRET_FILE_ENV)
+    secret = _secret_from(secret_file, create=True)
+    http_token = None
+    if args.http_token_file:
+        http_token = _separate_http_token(args.http_token_file, secret_file, secret)
+    cfg = ServeConfig(
+        host=args.host, port=args.port, port_file=Path(args.port_file) if args.port_file else None,
+        secret=secret, state_dir=Path(args.state_dir) if args.state_dir else None, log_format=args.log_format,
+        http_host=args.http_host, http_port=args.http_port,
+        http_port_file=Path(args.http_port_file) if args.http_port_file else None,
+        http_token=http_token,
+        notify_socket=os.environ.get(NOTIFY_SOCKET_ENV) or None, ssl_context=_server_tls(args),
+        mesos=_serve_mesos(args), advertise_host=args.advertise_host,
+        keep_finished_jobs=args.keep_finished_jobs, keep_finished_s=args.keep_finished_days * 86400.0,
+    )  # fmt: skip
+    try:
+        asyncio.run(_serve(cfg))
+    except StateDirError as e:
+        raise UsageError(str(e)) from None
+    return 0
+
+
+# -- client commands ----------------------------------------------------------------------
+
+
+def _fmt_time(t: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    cfg = _client_config(args)
+    with DriverClient(cfg.address, cfg.secret, role="admin", ssl_context=cfg.ssl_context) as c:
+        st = c.status(args.job)
+    if args.json:
+        print(json.dumps(st, indent=2, sort_keys=True))
+        return 0
+    if args.job is None:
+        rows = [("JOB", "NAME", "ENGINE", "STATE", "NODES", "SUBMITTED", "ENDED")]
+        for j in st["jobs"]:
+            rows.append((j["job"], j["name"] or "-", j["engine"], j["state"], f"{j['registered']}/{j['size']}",
+                         _fmt_time(j["submitted_at"]), _fmt_time(j["ended_at"])))  # fmt: skip
+        _table(rows)
+        return 0
+    print(describe(st))
+    if st["error"]:
+        print(f"error: {st['error']}")
+    rows = [("EXECUTOR", "ROLE", "STATE", "HOST:PORT", "GPUS", "ATTEMPT", "LAST SEEN", "ERROR")]
+    for n in st["nodes"]:
+        # The last line of a traceback names the exception; an error of blanks has none.
+        err_lines = (n["error"] or "").strip().splitlines()
+        err = err_lines[-1][:60] if err_lines else ""
+        rows.append((str(n["executor_id"]), f"{n['role']}:{n['index']}", n["state"], f"{n['host']}:{n['port']}",
+                     ",".join(n["gpus"]) or "-", str(n["attempt"]), _fmt_time(n["last_seen"]), err))  # fmt: skip
+    _table(rows)
+    for line in st["missing"]:
+        print(f"missing: {line}")
+    return 0
+
+
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    cfg = _client_config(args)
+    with DriverClient(cfg.address, cfg.secret, role="admin", ssl_context=cfg.ssl_context) as c:
+        res = c.stop(args.job, args.reason, dry_run=args.dry_run)
+    verb = "would stop" if args.dry_run else "stopping"
+    if res["state"] in ("SUCCEEDED", "FAILED", "STOPPED"):
+        print(f"job {args.job} already ended {res['state']}; nothing to stop")
+        return 0
+    print(f"job {args.job} ({res['state']}): {verb} {len(res['nodes'])} node(s)")
+    for n in res["nodes"]:
+        print(f"  {n}")
+    if args.dry_run:
+        print("dry run: nothing was sent; run again without --dry-run to stop the job")
+    return 0
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """What follows ``--`` on the command line; it must not be empty."""
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("nothing to run: give the command after --, e.g. -- python train.py")
+    return command
+
+
+def _emit(line: str) -> None:
+    print(f"tfcoord: {line}", file=sys.stderr, flush=True)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from tfcoord.node.local import run_local
+
+    if args.engine == "mesos":
+        return _submit_mesos(args)
+    command = _command(args)
+    if args.engine == "spark":
+        return _submit_spark(args, command)
+    try:
+        roles = make_roles(
+            args.workers, args.ps, chief="chief" if args.chief else None, evaluator=args.evaluator
+        )
+        spec = JobSpec(
+            roles=roles, reservation_timeout_s=args.reservation_timeout, name=args.name, engine="local"
+        )
+    except (ValueError, TfcoordError) as e:
+        raise UsageError(str(e)) from None
+    embedded = None
+    address = args.address or os.environ.get(ADDRESS_ENV)
+    if address:
+        cfg = _client_config(args)
+    else:
+        from tfcoord.coordinator.embedded import start_embedded
+
+        # The embedded coordinator's per-event log would drown the job's own output.
+        logging.getLogger("tfcoord.coordinator").setLevel(max(logging.WARNING, logging.getLogger().level))
+        embedded = start_embedded()
+        cfg = ClientConfig(embedded.address, embedded.secret)
+    try:
+        with DriverClient(cfg.address, cfg.secret, ssl_context=cfg.ssl_context) as driver:
+            status = run_local(driver, spec, command, emit=_emit)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    return 0 if status["state"] == "SUCCEEDED" else 1
+
+
+def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
+    """Run ``main_fun(argv, ctx)`` from a script on Spark executors, one node per executor."""
+    script, argv = command[0], command[1:]
+    if script.startswith("python") or not script.endswith(".py"):
+        raise UsageError("with --engine spark give the script itself after --: -- train.py [args]")
+    if args.num_executors is None:
+        raise UsageError("--engine spark needs --num-executors N (the TensorFlow cluster's size)")
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--conf takes KEY=VALUE, not {item!r}")
+        conf[key] = value
+    if args.address or os.environ.get(ADDRESS_ENV):
+        cfg = _client_config(args)
+        os.environ.setdefault(SECRET_FILE_ENV, args.secret_file or os.environ.get(SECRET_FILE_ENV, ""))
+        coordinator, secret = cfg.address, cfg.secret
+    else:
+        coordinator, secret = None, None
+        logging.getLogger("tfcoord.coordinator").setLevel(max(logging.WARNING, logging.getLogger().level))
+    from tfcoord.node.spark import submit_script
+    from tfcoord.node.tlsfiles import TlsFiles
+
+    # The nodes reach a TLS coordinator as we do: the same files (checked above by
+    # _client_config), by path, read by each node when it starts.
+    ca, cert, key = (os.environ.get(k) or None for k in (TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV))
+    tls = TlsFiles.of(ca, cert, key) if coordinator and (ca or cert or key) else None
+
+    try:
+        status = submit_script(
+            args.master, script, argv, num_executors=args.num_executors, num_ps=args.ps,
+            tensorboard=args.tensorboard, log_dir=args.log_dir, conf=conf,
+            executor_cores=args.executor_cores, executor_memory=args.executor_memory,
+            reservation_timeout=args.reservation_timeout, master_node="chief" if args.chief else None,
+            eval_node=args.evaluator, name=args.name, emit=_emit, coordinator=coordinator, secret=secret,
+            tls=tls,
+        )  # fmt: skip
+    except (FileNotFoundError, AttributeError, ImportError) as e:
+        raise UsageError(str(e)) from None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return 0 if status["state"] == "SUCCEEDED" else 1
+
+
+def _submit_mesos(args: argparse.Namespace) -> int:
+    """Run the cluster as Mesos tasks placed by the coordinator's framework (coordinator/mesos)."""
+    from tfcoord.coordinator.mesos import driver as mesos
+    from tfcoord.coordinator.mesos.config import MesosConfig
+    from tfcoord.coordinator.mesos.errors import MesosConfigError
+    from tfcoord.coordinator.mesos.jobs import MesosJob, parse_role
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not args.job:
+        raise UsageError("--engine mesos needs the cluster's roles: --job ps:1:cpus=1,mem=1024 "
+                         "--job worker:2:cpus=2,mem=4096 (and the command after --, or none to serve)")  # fmt: skip
+    try:
+        mjob = MesosJob.of([parse_role(j) for j in args.job], command, args.image,
+                           os.environ.get("MESOS_ATTRIBUTES", ""))  # fmt: skip
+        spec = mjob.to_spec(name=args.name, reservation_timeout_s=args.reservation_timeout)
+    except (MesosConfigError, TfcoordError) as e:
+        raise UsageError(str(e)) from None
+    embedded = None
+    if args.address or os.environ.get(ADDRESS_ENV):
+        cfg = _client_config(args)  # that coordinator must run the framework (MESOS_MASTER)
+    else:
+        try:
+            config = MesosConfig.from_env(os.environ, master=args.mesos_master)
+        except MesosConfigError as e:
+            raise UsageError(str(e)) from None
+        quiet = max(logging.WARNING, logging.getLogger().level)  # the job's timeline is printed instead
+        logging.getLogger("tfcoord.coordinator").setLevel(quiet)
+        logging.getLogger("tfcoord.mesos").setLevel(quiet)
+        embedded = mesos.start_coordinator(config, advertise_host=args.advertise_host, gpus=mjob.gpus)
+        cfg = ClientConfig(embedded.address, embedded.secret)
+    what = "serving tf.distribute.Server" if mjob.server_mode else f"running {' '.join(command)}"
+    try:
+        with DriverClient(cfg.address, cfg.secret, ssl_context=cfg.ssl_context) as driver:
+            job = driver.submit(spec)
+            _emit(f"job {job} submitted to Mesos: "
+                  + ", ".join(f"{r.count} {r.role} ({r.resources_text()})" for r in mjob.roles) + f", {what}")  # fmt: skip
+            try:
+                if mjob.server_mode:
+                    status = mesos.wait_running(driver, job, emit=_emit,
+                                                timeout_s=args.reservation_timeout + mesos.RUNNING_GRACE_S)  # fmt: skip
+                    _emit(
+                        f"cluster serving: {json.dumps(status['cluster'])}; Ctrl-C or `tfcoord stop {job}` ends it"
+                    )
+                status = mesos.follow(driver, job, timeout_s=7 * 24 * 3600.0, emit=_emit)
+            except KeyboardInterrupt:
+                _emit("interrupted: stopping the job")
+                status = mesos.stop_and_wait(driver, job, "tfcoord submit was interrupted")
+                if not mjob.server_mode:
+                    return 130
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    if status["state"] == "FAILED":
+        _emit(f"job {job} failed: {status['error']}")
+    return 0 if status["state"] == "SUCCEEDED" or (mjob.server_mode and status["state"] == "STOPPED") else 1
+
+
+def cmd_env_check(args: argparse.Namespace) -> int:
+    from tfcoord.envcheck import run_checks
+
+    # The same TLS client settings as status and stop; a broken one is a FAIL line of the
+    # report rather than an exit before any check ran.
+    try:
+        ssl_context, tls_problem = _client_tls(), None
+    except UsageError as e:
+        ssl_context, tls_problem = None, str(e)
+    results = run_checks(
+        os.environ, address=args.address or os.environ.get(ADDRESS_ENV) or None,
+        secret_file=args.secret_file or os.environ.get(SECRET_FILE_ENV) or None,
+        ssl_context=ssl_context, tls_problem=tls_problem,
+    )  # fmt: skip
+    for r in results:
+        print(r.line(), flush=True)
+    return 1 if any(r.status == "FAIL" for r in results) else 0
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from tfcoord.node.runner import TOKEN_ENV, NodeConfig, run_node
+
+    if args.server_mode:
+        from tfcoord.node.runner import server_command
+
+        if [a for a in args.command if a != "--"]:
+            raise UsageError("--server-mode serves the node's role itself; give no command with it")
+        command = list(server_command())
+    else:
+        command = _command(args)
+    token_hex = os.environ.get(TOKEN_ENV, "")
+    try:
+        token = bytes.fromhex(token_hex)
+    except ValueError:
+        token = b""
+    if len(token) != 32:
+        raise UsageError(f"{TOKEN_ENV} must hold the job token as 64 hex digits")
+    port = args.port if args.port is not None else int(os.environ.get("TENSORFLOW_PORT", "0") or 0)
+    cfg = NodeConfig(
+        address=args.address or os.environ.get(ADDRESS_ENV, ""), token=token, job=args.job,
+        executor_id=args.executor_id, attempt=args.attempt, task_id=args.task_id, host=args.host,
+        port=port, command=tuple(command), server_mode=args.server_mode,
+        gpus=tuple(g.strip() for g in (args.gpus or "").split(",") if g.strip()), ssl_context=_client_tls(),
+    )  # fmt: skip
+    if not cfg.address:
+        raise UsageError(f"no coordinator address: pass --address or set {ADDRESS_ENV}")
+    return run_node(cfg)
+
+
+# -- parser -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tfcoord", description="Coordinator for distributed TensorFlow.")
+    p.add_argument("--version", action="version", version=f"tfcoord {__version__}")
+    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def client_flags(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--address", help=f"coordinator HOST:PORT (default: ${ADDRESS_ENV})")
+        sp.add_argument(
+            "--secret-file", help=f"file holding the coordinator secret (default: ${SECRET_FILE_ENV})"
+        )
+
+    sp = sub.add_parser("serve", help="run the coordinator")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=7070, help="TCP port; 0 picks a free one (see --port-file)")
+    sp.add_argument("--port-file", help="write the bound port here once listening")
+    sp.add_argument("--secret-file", help="coordinator secret (created, mode 600, if missing)")
+    sp.add_argument("--state-dir", help="journal directory; without it state lives in memory only")
+    sp.add_argument("--http-host", default="127.0.0.1", help="interface of the HTTP API and dashboard")
+    sp.add_argument("--http-port", type=int, help="HTTP API and dashboard port; 0 picks a free one; "
+                    "without it no HTTP server runs")  # fmt: skip
+    sp.add_argument("--http-port-file", help="write the bound HTTP port here once listening")
+    sp.add_argument("--http-token-file", help="bearer token for the HTTP API and dashboard "
+                    "(created, mode 600, if missing; separate from the coordinator secret)")  # fmt: skip
+    sp.add_argument("--tls-cert", help="serve TLS (TCP protocol and HTTP API) with this PEM certificate")
+    sp.add_argument("--tls-key", help="the certificate's PEM private key (mode 600)")
+    sp.add_argument("--tls-ca", help="mutual TLS: clients must present a certificate signed by this CA")
+    sp.add_argument("--mesos-master", help="run the Mesos framework against these masters, host:port[,host:port] "
+                    "(default: $MESOS_MASTER; neither: no Mesos)")  # fmt: skip
+    sp.add_argument(
+        "--advertise-host", help="address Mesos tasks dial back to (default: --host, or this host's name)"
+    )
+    sp.add_argument("--keep-finished-jobs", type=int, default=KEEP_FINISHED_JOBS, metavar="N",
+                    help="finished jobs to keep (status, HTTP API, journal); older ones are forgotten, "
+                    f"each after at least 5 minutes (default {KEEP_FINISHED_JOBS})")  # fmt: skip
+    sp.add_argument("--keep-finished-days", type=float, default=KEEP_FINISHED_S / 86400, metavar="D",
+                    help=f"forget finished jobs this many days after they ended (default {KEEP_FINISHED_S / 86400:g})")  # fmt: skip
+    sp.set_defaults(fn=cmd_serve)
+
+    sp = sub.add_parser(
+        "env-check", help="check this machine for Spark/Mesos/TensorFlow work: OK, WARN, FAIL"
+    )
+    client_flags(sp)
+    sp.set_defaults(fn=cmd_env_check)
+
+    sp = sub.add_parser("status", help="show jobs, or one job's nodes")
+    client_flags(sp)
+    sp.add_argument("job", nargs="?")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_status)
+
+    sp = sub.add_parser("stop", help="stop a job gracefully (streaming jobs)")
+    client_flags(sp)
+    sp.add_argument("job")
+    sp.add_argument("--dry-run", action="store_true", help="show what would be stopped, change nothing")
+    sp.add_argument("--reason", default="stop requested with tfcoord stop")
+    sp.set_defaults(fn=cmd_stop)
+
+    sp = sub.add_parser("submit", help="submit a job and follow it to its end")
+    client_flags(sp)
+    sp.add_argument("--engine", choices=("local", "spark", "mesos"), default="local")
+    sp.add_argument("--workers", type=int, default=1, help="local: worker processes")
+    sp.add_argument("--ps", "--num-ps", type=int, default=0)
+    spark = sp.add_argument_group("spark engine")
+    spark.add_argument("--master", default="local-standalone",
+                       help="Spark master URL; local-standalone starts a master and worker here for the job")  # fmt: skip
+    spark.add_argument("--num-executors", type=int, help="TensorFlow nodes, one per Spark executor")
+    spark.add_argument("--tensorboard", action="store_true", help="run TensorBoard beside the chief")
+    spark.add_argument("--log-dir", help="TensorBoard log directory")
+    spark.add_argument("--executor-cores", type=int, default=1)
+    spark.add_argument("--executor-memory", default="1g")
+    spark.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    mesos = sp.add_argument_group("mesos engine")
+    mesos.add_argument("--job", action="append", default=[], metavar="ROLE:N[:cpus=C,mem=MB,gpus=G]",
+                       help="one role of the cluster and what each of its tasks needs; repeat per role")  # fmt: skip
+    mesos.add_argument("--image", help="task image (default: $DOCKER_IMAGE, else tfcoord-task:VERSION)")
+    mesos.add_argument("--mesos-master", help="Mesos masters host:port[,host:port] (default: $MESOS_MASTER)")
+    mesos.add_argument(
+        "--advertise-host", help="address Mesos tasks dial back to (default: this host's name, resolved)"
+    )
+    sp.add_argument("--chief", action="store_true", help="add a chief task")
+    sp.add_argument("--evaluator", action="store_true", help="add an evaluator task")
+    sp.add_argument("--name", default="")
+    sp.add_argument("--reservation-timeout", type=float, default=600.0)
+    sp.add_argument("command", nargs=argparse.REMAINDER)
+    sp.set_defaults(fn=cmd_submit)
+
+    sp = sub.add_parser("node", help="run one node (used by engines; token in TFCOORD_TOKEN)")
+    sp.add_argument("--address")
+    sp.add_argument("--job", required=True)
+    sp.add_argument("--executor-id", type=int, required=True)
+    sp.add_argument("--attempt", type=int, default=0)
+    sp.add_argument("--task-id", default="")
+    sp.add_argument("--host", help="address other nodes dial (default: our address toward the coordinator)")
+    sp.add_argument("--port", type=int, help="TensorFlow port (default: $TENSORFLOW_PORT or a free one)")
+    sp.add_argument(
+        "--gpus", help="GPU ids granted to this node (by a Mesos offer), for CUDA_VISIBLE_DEVICES"
+    )
+    sp.add_argument("--server-mode", action="store_true",
+                    help="serve the node's role with tf.distribute.Server until stopped, instead of a command")  # fmt: skip
+    sp.add_argument("command", nargs=argparse.REMAINDER)
+    sp.set_defaults(fn=cmd_node)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.log_format, args.log_level)
+    try:
+        return args.fn(args)
+    except UsageError as e:
+        print(f"tfcoord: {e}", file=sys.stderr)
+        return 2
+    except TfcoordError as e:
+        print(f"tfcoord: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
