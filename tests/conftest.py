@@ -7,8 +7,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
+
+# Property tests are deterministic (the same examples every run, no example database on
+# disk) and have no per-example deadline: a loaded CI machine must not turn a slow example
+# into a failure. Tests that need other settings pass their own.
+settings.register_profile("tfcoord", derandomize=True, database=None, deadline=None)
+settings.load_profile("tfcoord")
 
 
 @pytest.fixture

@@ -155,7 +155,7 @@ class Generator:
         if op is m.Status:
             return m.Status(id=rid, job=own if r.random() < 0.7 else None)
         if op is m.Register:
-            return m.Register(id=rid, host=r.choice(_HOSTS), port=r.randrange(0, 65536),
+            return m.Register(id=rid, host=r.choice(_HOSTS), port=r.randrange(1, 65536),
                               gpus=tuple(r.sample(_GPUS, r.randrange(0, 3))), task_id=self._text(40),
                               meta=self._meta(), **slot)  # fmt: skip
         if op is m.AwaitCluster:
