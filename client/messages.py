@@ -72,15 +72,23 @@ def _text(max_len: int, *, empty: bool = True) -> Callable[[Any], None]:
     return check
 
 
+# Built once: these run for every field of every frame, on both sides of the wire.
+_id_text = _text(MAX_ID_LEN, empty=False)
+_host_text = _text(MAX_HOST_LEN, empty=False)
+_gpu_text = _text(MAX_TEXT_LEN, empty=False)
+_meta_key = _text(64, empty=False)
+_meta_text = _text(MAX_TEXT_LEN)
+
+
 def _ident(v: Any) -> None:
-    _text(MAX_ID_LEN, empty=False)(v)
+    _id_text(v)
     if not ID_RE.fullmatch(v):
         raise ValueError(f"{v!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit")
 
 
 def _host(v: Any) -> None:
     """A host name or address as it goes into the cluster spec (``host:port``)."""
-    _text(MAX_HOST_LEN, empty=False)(v)
+    _host_text(v)
     if any(c.isspace() or not c.isprintable() or c in "/[]@" for c in v):
         raise ValueError(
             f"{v!r} is not a host name or address (no spaces, control characters, '/', '[', ']' or '@')"
@@ -100,6 +108,9 @@ def _int(lo: int, hi: int) -> Callable[[Any], None]:
             raise ValueError(f"is {v}; it must be between {lo} and {hi}")
 
     return check
+
+
+_request_id = _int(0, MAX_REQUEST_ID)
 
 
 def _seconds(lo: float = 0.0, hi: float = MAX_TIMEOUT_S) -> Callable[[Any], None]:
@@ -142,18 +153,18 @@ def _gpus(v: Any) -> None:
     if not isinstance(v, tuple) or len(v) > MAX_GPUS_PER_NODE:
         raise ValueError(f"must be a list of at most {MAX_GPUS_PER_NODE} GPU ids")
     for g in v:
-        _text(MAX_TEXT_LEN, empty=False)(g)
+        _gpu_text(g)
 
 
 def _meta(v: Any) -> None:
     if not isinstance(v, Mapping) or len(v) > MAX_META_ENTRIES:
         raise ValueError(f"must be a map of at most {MAX_META_ENTRIES} entries")
     for k, x in v.items():
-        _text(64, empty=False)(k)
+        _meta_key(k)
         if isinstance(x, bool) or not isinstance(x, (str, int, float)) or x is None:
             raise ValueError(f"entry {k!r} must be a string or a number")
         if isinstance(x, str):
-            _text(MAX_TEXT_LEN)(x)
+            _meta_text(x)
 
 
 def _any_map(v: Any) -> None:
@@ -323,7 +334,9 @@ class Message:
         m: dict[str, Any] = {"op": self.op}
         for name, _ in _checks(type(self), every=True):
             v = getattr(self, name)
-            if isinstance(v, JobSpec):
+            if type(v) in _WIRE_AS_IS:
+                pass
+            elif isinstance(v, JobSpec):
                 v = v.to_wire()
             elif isinstance(v, tuple):
                 v = list(v)
@@ -332,6 +345,9 @@ class Message:
             m[name] = v
         return m
 
+
+#: Field values msgpack takes as they are (the common case: skip the conversions).
+_WIRE_AS_IS = frozenset({str, int, float, bool, bytes, type(None)})
 
 _CHECKS: dict[tuple[type, bool], list[tuple[str, Callable[[Any], None]]]] = {}
 
@@ -352,7 +368,7 @@ def _checks(cls: type, every: bool = False) -> list[tuple[str, Callable[[Any], N
 
 @dataclass(frozen=True)
 class Request(Message):
-    id: int = _f(_int(0, MAX_REQUEST_ID))
+    id: int = _f(_request_id)
 
 
 # Handshake.
@@ -514,7 +530,7 @@ class AwaitStop(NodeRequest):
 @dataclass(frozen=True)
 class Reply(Message):
     op: ClassVar[str] = "reply"
-    id: int = _f(_int(0, MAX_REQUEST_ID))
+    id: int = _f(_request_id)
     result: Mapping[str, Any] = _f(_any_map, default_factory=dict)
 
 
@@ -527,7 +543,7 @@ class ClusterReply(Message):
     """
 
     op: ClassVar[str] = "cluster"
-    id: int = _f(_int(0, MAX_REQUEST_ID))
+    id: int = _f(_request_id)
     role: str = _f(_choice(ROLE_ORDER))
     index: int = _f(_int(0, MAX_NODES_PER_JOB - 1))
     spec: bytes = _f(_blob)
@@ -538,7 +554,7 @@ class Error(Message):
     """A refused request (``id`` set) or a connection-level error (``id`` None, then close)."""
 
     op: ClassVar[str] = "error"
-    id: int | None = _f(lambda v: v is None or _int(0, MAX_REQUEST_ID)(v))
+    id: int | None = _f(lambda v: v is None or _request_id(v))
     code: str = _f(_text(64, empty=False))
     message: str = _f(_text(MAX_ERROR_LEN + MAX_TEXT_LEN))
 

@@ -49,7 +49,7 @@ NEED_DATA: Final = _Sentinel("NEED_DATA")
 CLOSED: Final = _Sentinel("CLOSED")
 
 
-def _unpackb(body: bytes, max_frame_bytes: int) -> object:
+def _unpackb(body: bytes | bytearray, max_frame_bytes: int) -> object:
     # strict_map_key: only str/bytes keys, so a map cannot smuggle tuples or floats as
     # keys; the max_*_len limits are msgpack's own guards for untrusted data.
     return msgpack.unpackb(
@@ -69,10 +69,12 @@ def encode_spec(cluster: dict[str, list[str]]) -> bytes:
     """A cluster spec as sent to nodes: msgpack, then zlib.
 
     The coordinator's egress for one job grows with N² (N nodes each receive N
-    addresses), so the spec is compressed once per job: about 3x smaller for real
-    addresses (hosts repeat, ports do not), at well under a millisecond per node.
+    addresses), so the spec is compressed once per job: about 3.5x smaller for real
+    addresses (hosts repeat, ports do not), at well under a millisecond per node to
+    inflate. zlib's default level costs 8 ms once at 10,000 nodes and sends 12% fewer
+    bytes than its fastest.
     """
-    return zlib.compress(pack(cluster), 1)
+    return zlib.compress(pack(cluster), 6)
 
 
 def decode_spec(blob: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> dict[str, list[str]]:
@@ -87,9 +89,10 @@ def decode_spec(blob: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> dict[s
     except zlib.error as e:
         raise RemoteProtocolError(f"cluster spec is not valid zlib data: {e}") from None
     spec = unpack(raw, max_bytes)
+    # set(map(type, ...)) checks every address in C: at 10,000 nodes a generator over
+    # isinstance() costs each node more than decoding the spec does.
     if not isinstance(spec, dict) or not all(
-        isinstance(k, str) and isinstance(v, list) and all(isinstance(a, str) for a in v)
-        for k, v in spec.items()
+        isinstance(k, str) and isinstance(v, list) and set(map(type, v)) <= {str} for k, v in spec.items()
     ):
         raise RemoteProtocolError("cluster spec must map role names to lists of addresses")
     return spec
@@ -175,7 +178,7 @@ class Connection:
                     f"connection closed inside a frame ({len(buf) - 4} of {size} bytes)"
                 )
             return NEED_DATA
-        body = bytes(buf[4 : 4 + size])
+        body = buf[4 : 4 + size]  # one copy; msgpack reads a bytearray as it is
         del buf[: 4 + size]
         try:
             obj = _unpackb(body, self.max_frame_bytes)

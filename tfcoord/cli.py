@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import hmac
 import json
 import logging
@@ -211,6 +212,24 @@ def _setup_logging(fmt: str, level: str) -> None:
 # -- serve --------------------------------------------------------------------------------
 
 
+#: Allocations between young-generation collections in ``tfcoord serve`` (CPython: 700).
+GC_GEN0_THRESHOLD = 20_000
+
+
+def _tune_gc() -> None:
+    """Collect less often in the coordinator process, which holds little but long-lived state.
+
+    Jobs, nodes and connections live for a job's lifetime and form almost no cycles, yet
+    CPython's defaults (a young collection every 700 allocations, full ones as the heap
+    grows) spent a tenth of a 10,000-node rendezvous traversing them. What start-up and
+    recovery built is frozen out of collection, and young collections run less often;
+    the rare cycle is still collected.
+    """
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+
+
 async def _serve(cfg: ServeConfig) -> None:
     from tfcoord.coordinator.journal import MemoryJournal, SqliteJournal
     from tfcoord.coordinator.server import CoordinatorServer, ServerConfig
@@ -266,6 +285,7 @@ async def _serve(cfg: ServeConfig) -> None:
             await engine.close()
         await server.close()
         raise
+    _tune_gc()
     # The port files, like READY=1, say "serving": written only once every listener is up,
     # so a start that fails leaves none behind pointing at a dead coordinator.
     if cfg.port_file:
