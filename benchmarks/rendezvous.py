@@ -96,55 +96,80 @@ def _address(i: int) -> tuple[str, int]:
     return f"10.{host // 62500}.{host // 250 % 250}.{host % 250 + 1}", 20000 + (i * 7919) % 40000
 
 
-async def _node(host: str, port: int, token: bytes, job: str, i: int) -> asyncio.StreamWriter:
-    gate: asyncio.Queue[None] = _node.connects  # type: ignore[attr-defined]
-    await gate.get()
-    try:
-        reader, writer = await asyncio.open_connection(host, port, limit=2**24)
-    finally:
-        gate.put_nowait(None)
-    conn = Connection()
+class _Node(asyncio.Protocol):
+    """One simulated node's connection: the wire work of ``NodeClient``, driven by bytes.
 
-    async def next_msg() -> m.Message:
-        while True:
-            ev = conn.next_event()
-            if ev is not NEED_DATA:
-                if not isinstance(ev, m.Message):
-                    raise ConnectionError("closed")
-                return ev
-            conn.receive_data(await reader.read(2**20))
+    A protocol rather than a coroutine over streams: 10,000 stream pairs and the
+    coroutines reading them would cost the shared simulating core more than the
+    coordinator's whole rendezvous.
+    """
 
-    challenge = await next_msg()
-    assert isinstance(challenge, m.Challenge)
-    proof = auth.client_proof(token, challenge.nonce, "node", job)
-    writer.write(
-        conn.send(
-            m.Hello(version=m.PROTOCOL_VERSION, role="node", job=job, proof=proof, cnonce=auth.new_nonce())
-        )
-    )
-    assert isinstance(await next_msg(), m.Welcome)
-    node_host, node_port = _address(i)
-    # Register, then (as NodeClient.start_heartbeats does) a stop wait that stays pending
-    # beside the cluster wait: pipelined, in one write.
-    writer.write(
-        conn.send(m.Register(id=1, job=job, executor_id=i, attempt=0, host=node_host, port=node_port))
-        + conn.send(m.AwaitStop(id=3, job=job, executor_id=i, attempt=0, timeout_s=3600.0))
-        + conn.send(m.AwaitCluster(id=2, job=job, executor_id=i, attempt=0, timeout_s=RUN_TIMEOUT_S))
-    )
-    while True:
-        msg = await next_msg()
-        if isinstance(msg, m.Error):
+    def __init__(self, token: bytes, job: str, i: int, size: int) -> None:
+        self.token, self.job, self.i, self.size = token, job, i, size
+        self.conn = Connection()
+        self.transport: asyncio.Transport | None = None
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.receive_data(data)
+        try:
+            while (msg := self.conn.next_event()) is not NEED_DATA:
+                self._on(msg)  # type: ignore[arg-type]
+        except Exception as e:
+            if not self.ready.done():
+                self.ready.set_exception(e)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionError(f"node {self.i}: connection lost: {exc}"))
+
+    def _on(self, msg: m.Message) -> None:
+        conn, job, i = self.conn, self.job, self.i
+        assert self.transport is not None
+        if isinstance(msg, m.Challenge):
+            proof = auth.client_proof(self.token, msg.nonce, "node", job)
+            self.transport.write(conn.send(m.Hello(
+                version=m.PROTOCOL_VERSION, role="node", job=job, proof=proof, cnonce=auth.new_nonce())))  # fmt: skip
+        elif isinstance(msg, m.Welcome):
+            node_host, node_port = _address(i)
+            # Register, then (as NodeClient.start_heartbeats does) a stop wait that stays
+            # pending beside the cluster wait: pipelined, in one write.
+            self.transport.write(
+                conn.send(m.Register(id=1, job=job, executor_id=i, attempt=0, host=node_host, port=node_port))
+                + conn.send(m.AwaitStop(id=3, job=job, executor_id=i, attempt=0, timeout_s=3600.0))
+                + conn.send(m.AwaitCluster(id=2, job=job, executor_id=i, attempt=0, timeout_s=RUN_TIMEOUT_S))
+            )  # fmt: skip
+        elif isinstance(msg, m.Error):
             raise RuntimeError(f"node {i}: {msg.code}: {msg.message}")
-        if isinstance(msg, m.ClusterReply):
+        elif isinstance(msg, m.ClusterReply):
             # The frame has arrived whole and validated: the node holds the spec. Decoding
             # its inner map costs each real node ~0.5 ms at 10,000 nodes on its own
             # executor, in parallel; here all nodes share one core, so every 50th decodes
             # (and checks) it rather than charging the coordinator for N serial decodes.
-            if i % 50 == 0 or i == _node.size - 1:  # type: ignore[attr-defined]
+            if i % 50 == 0 or i == self.size - 1:
                 spec = decode_spec(msg.spec)
-                assert len(spec["worker"]) == _node.size  # type: ignore[attr-defined]
+                assert len(spec["worker"]) == self.size
                 assert spec["worker"][i] == f"{_address(i)[0]}:{_address(i)[1]}"
-            return writer  # stays open until every node is ready, as a live node's would
+            if not self.ready.done():
+                self.ready.set_result(None)
+        # The register reply (m.Reply) needs no answer.
+
+
+async def _node(host: str, port: int, token: bytes, job: str, i: int, size: int,
+                gate: asyncio.Queue[None]) -> asyncio.Transport:  # fmt: skip
+    """Connect (at most CONNECTS_IN_FLIGHT at once), then wait until node ``i`` holds the spec."""
+    await gate.get()
+    try:
+        transport, node = await asyncio.get_running_loop().create_connection(
+            lambda: _Node(token, job, i, size), host, port
+        )
+    finally:
+        gate.put_nowait(None)
+    await node.ready
+    return transport  # stays open until every node is ready, as a live node's would
 
 
 def _watch(address: str, secret: bytes, job: str, stop: threading.Event, seen: list[int]) -> None:
@@ -161,24 +186,22 @@ def _watch(address: str, secret: bytes, job: str, stop: threading.Event, seen: l
 
 async def _all_nodes(host: str, port: int, token: bytes, job: str, n: int, pid: int) -> tuple[float, float]:
     """Run every node at once; returns (seconds until all hold the spec, coordinator RSS then)."""
-    _node.size = n  # type: ignore[attr-defined]
     # A queue of tokens, not an asyncio.Semaphore: with 10,000 waiters, 3.11's Semaphore
     # rescans its waiter list on every release (quadratic, a second of simulator CPU).
     gate: asyncio.Queue[None] = asyncio.Queue()
     for _ in range(CONNECTS_IN_FLIGHT):
         gate.put_nowait(None)
-    _node.connects = gate  # type: ignore[attr-defined]
     gc.disable()  # see the module's docstring
     try:
         t0 = time.perf_counter()
-        writers = await asyncio.wait_for(
-            asyncio.gather(*(_node(host, port, token, job, i) for i in range(n))), RUN_TIMEOUT_S
+        transports = await asyncio.wait_for(
+            asyncio.gather(*(_node(host, port, token, job, i, n, gate) for i in range(n))), RUN_TIMEOUT_S
         )
         took = time.perf_counter() - t0
     finally:
         gc.enable()
     rss = _rss_mb(pid)
-    for w in writers:
+    for w in transports:
         w.close()
     return took, rss
 
