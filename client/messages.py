@@ -334,20 +334,23 @@ class Message:
         m: dict[str, Any] = {"op": self.op}
         for name, _ in _checks(type(self), every=True):
             v = getattr(self, name)
-            if type(v) in _WIRE_AS_IS:
-                pass
-            elif isinstance(v, JobSpec):
-                v = v.to_wire()
-            elif isinstance(v, tuple):
-                v = list(v)
-            elif isinstance(v, Mapping):
-                v = dict(v)
-            m[name] = v
+            m[name] = v if type(v) in _WIRE_AS_IS else _to_wire_value(v)
         return m
 
 
 #: Field values msgpack takes as they are (the common case: skip the conversions).
 _WIRE_AS_IS = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _to_wire_value(v: Any) -> Any:
+    if isinstance(v, JobSpec):
+        return v.to_wire()
+    if isinstance(v, tuple):
+        return list(v)
+    if isinstance(v, Mapping):
+        return dict(v)
+    return v
+
 
 _CHECKS: dict[tuple[type, bool], list[tuple[str, Callable[[Any], None]]]] = {}
 
