@@ -8,10 +8,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo demo-local test test-quick lint format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-load docs clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml node/pyproject.toml coordinator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[spark,tensorflow,test,docs]'
+	$(PY) -m pip install --quiet -e ./client -e ./node -e ./coordinator -e '.[spark,tensorflow,test,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfcoord import __version__
-from tfcoord.client import DriverClient, JobSpec, TfcoordError, TlsError, auth, make_roles, tls
+from tfcoord.client import DriverClient, JobSpec, TfcoordError, TlsError, __version__, auth, make_roles, tls
 from tfcoord.client.progress import describe
 from tfcoord.coordinator.state import KEEP_FINISHED_JOBS, KEEP_FINISHED_S
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcoord import __version__
+from tfcoord.client import __version__
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 

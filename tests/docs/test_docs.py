@@ -385,7 +385,7 @@ def test_make_deploy_publishes_the_real_site_once(tmp_path: Path) -> None:
     clone, remote = tmp_path / "clone", tmp_path / "site.git"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     # The pages as they are now, committed or not (the code is the clone's, from HEAD).
-    shutil.copytree(DOCS, clone / "docs", dirs_exist_ok=True, ignore=shutil.ignore_patterns("site", ".api"))
+    shutil.copytree(DOCS, clone / "docs", dirs_exist_ok=True, ignore=shutil.ignore_patterns("site"))
     subprocess.run(["git", "init", "--quiet", "--bare", str(remote)], check=True)
 
     def make(day: str) -> list[str]:
@@ -406,7 +406,7 @@ def test_make_deploy_publishes_the_real_site_once(tmp_path: Path) -> None:
     # The sitemap's gzip header carries the day (MkDocs keeps midnight UTC) of the pages' last
     # commit, not the clock's.
     stamped = int.from_bytes(_git_bytes("show", f"{head}:sitemap.xml.gz", cwd=remote)[4:8], "little")
-    epoch = int(_git("log", "-1", "--format=%ct", "--", "src", "mkdocs.yml", "hooks", cwd=clone / "docs"))
+    epoch = int(_git("log", "-1", "--format=%ct", "--", "src", "mkdocs.yml", cwd=clone / "docs"))
     assert stamped == epoch - epoch % 86400
 
     # The same pages built on another day render the same bytes, so nothing is pushed.

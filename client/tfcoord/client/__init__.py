@@ -20,8 +20,27 @@ from .errors import (
 )
 from .messages import JobSpec, make_roles
 
+#: One version for the four distributions (tfcoord-client, tfcoord-node,
+#: tfcoord-coordinator, tfcoord): they are released together.
+__version__ = "0.1.0"
+
 __all__ = [
-    "AuthenticationFailed", "Client", "ClusterInfo", "ConnectionClosed", "DeadlineExceeded",
-    "DriverClient", "JobFailed", "JobSpec", "JobStopped", "LocalProtocolError", "NodeClient",
-    "ProtocolError", "RemoteProtocolError", "RequestRejected", "TfcoordError", "TlsError", "make_roles",
+    "AuthenticationFailed",
+    "Client",
+    "ClusterInfo",
+    "ConnectionClosed",
+    "DeadlineExceeded",
+    "DriverClient",
+    "JobFailed",
+    "JobSpec",
+    "JobStopped",
+    "LocalProtocolError",
+    "NodeClient",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "RequestRejected",
+    "TfcoordError",
+    "TlsError",
+    "__version__",
+    "make_roles",
 ]  # fmt: skip

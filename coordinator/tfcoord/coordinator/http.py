@@ -37,8 +37,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from tfcoord import __version__
-from tfcoord.client import auth
+from tfcoord.client import __version__, auth
 from tfcoord.client import messages as m
 
 from . import state as s

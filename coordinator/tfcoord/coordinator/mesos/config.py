@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from tfcoord import __version__
+from tfcoord.client import __version__
 
 from .errors import MesosConfigError
 from .offers import Constraint, parse_constraints
