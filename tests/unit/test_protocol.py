@@ -29,6 +29,7 @@ from tfcoord.client.protocol import (
     CLOSED,
     DEFAULT_MAX_FRAME_BYTES,
     NEED_DATA,
+    ClusterReplyFrames,
     Connection,
     decode_spec,
     encode_frame,
@@ -396,6 +397,37 @@ def test_cluster_spec_blob_round_trips_and_is_compressed() -> None:
     assert decode_spec(blob) == CLUSTER
     assert list(decode_spec(blob)) == ["ps", "worker"]
     assert len(blob) < len(msgpack.packb(CLUSTER))
+
+
+@pytest.mark.parametrize(
+    ("req_id", "role", "index"), [(0, "ps", 0), (127, "worker", 128), (m.MAX_REQUEST_ID, "worker", 65535)]
+)
+def test_cluster_reply_frames_are_the_frames_send_makes(req_id: int, role: str, index: int) -> None:
+    blob = encode_spec(CLUSTER)
+    msg = m.ClusterReply(id=req_id, role=role, index=index, spec=blob)
+    head, tail = ClusterReplyFrames().frame(msg)
+    assert head + tail == Connection().send(msg)
+    conn = Connection()
+    conn.receive_data(head + tail)
+    assert conn.next_event() == msg
+
+
+def test_cluster_reply_frames_pack_each_spec_once() -> None:
+    frames = ClusterReplyFrames(keep=2)
+    a, b, c = (encode_spec({"worker": [f"h:{i}"] * n}) for i, n in enumerate((3, 4, 5)))
+    tail = frames.frame(m.ClusterReply(id=1, role="worker", index=0, spec=a))[1]
+    # The same spec again: the very same tail, not packed anew.
+    assert frames.frame(m.ClusterReply(id=2, role="worker", index=1, spec=a))[1] is tail
+    frames.frame(m.ClusterReply(id=3, role="worker", index=0, spec=b))
+    frames.frame(m.ClusterReply(id=4, role="worker", index=0, spec=c))  # a is dropped: at most 2 kept
+    again = frames.frame(m.ClusterReply(id=5, role="worker", index=0, spec=a))[1]
+    assert again == tail and again is not tail
+
+
+def test_cluster_reply_frames_refuse_a_spec_over_the_frame_limit() -> None:
+    msg = m.ClusterReply(id=1, role="worker", index=0, spec=encode_spec(CLUSTER))
+    with pytest.raises(LocalProtocolError, match="exceeds the 64-byte limit"):
+        ClusterReplyFrames(max_frame_bytes=64).frame(msg)
 
 
 @pytest.mark.parametrize(

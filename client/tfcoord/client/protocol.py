@@ -106,6 +106,60 @@ def encode_frame(payload: dict, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) 
     return _HEADER.pack(len(body)) + body
 
 
+class ClusterReplyFrames:
+    """Frames of ``cluster`` replies whose spec is encoded once per job, not once per node.
+
+    Every node of a job receives the same spec bytes (tens of KiB at 10,000 nodes);
+    only the request id, role and index differ. :meth:`frame` returns a frame in two
+    parts: a small head (length, id, role, index) packed per node, and a tail (the spec
+    as a msgpack ``bin``) packed once per spec and shared by every node's frame, so the
+    coordinator neither re-packs nor copies the spec per node: written as two buffers,
+    the tail goes from this one object straight to each socket.
+
+    Args:
+        max_frame_bytes: a spec too large for one frame is refused here.
+        keep: specs remembered (a few jobs completing at once); the oldest is dropped.
+    """
+
+    _KEYS = {k: msgpack.packb(k) for k in ("op", "cluster", "id", "role", "index", "spec")}
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, keep: int = 8) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.keep = keep
+        # id(spec) -> (spec, tail): the spec itself is kept so its id cannot be reused.
+        self._tails: dict[int, tuple[bytes, bytes]] = {}
+        k = self._KEYS
+        # A fixmap of 5 entries, then "op": "cluster".
+        self._prefix = b"\x85" + k["op"] + k["cluster"]
+
+    def tail(self, spec: bytes) -> bytes:
+        """The packed ``"spec": <bin>`` entry of a frame, built once per spec object."""
+        hit = self._tails.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        tail = self._KEYS["spec"] + msgpack.packb(spec, use_bin_type=True)
+        if len(self._tails) >= self.keep:
+            del self._tails[next(iter(self._tails))]
+        self._tails[id(spec)] = (spec, tail)
+        return tail
+
+    def frame(self, msg: messages.ClusterReply) -> tuple[bytes, bytes]:
+        """(head, tail): ``head + tail`` is exactly the frame ``Connection.send(msg)`` makes
+        (the same map, keys in the same order).
+
+        Raises:
+            LocalProtocolError: the frame exceeds the frame limit.
+        """
+        k = self._KEYS
+        tail = self.tail(msg.spec)
+        body = b"".join((self._prefix, k["id"], msgpack.packb(msg.id), k["role"], msgpack.packb(msg.role),
+                         k["index"], msgpack.packb(msg.index)))  # fmt: skip
+        size = len(body) + len(tail)
+        if size > self.max_frame_bytes:
+            raise LocalProtocolError(f"frame of {size} bytes exceeds the {self.max_frame_bytes}-byte limit")
+        return _HEADER.pack(size) + body, tail
+
+
 def pack(obj: object) -> bytes:
     """msgpack-encode a value the way every frame does (str as str, bytes as bin)."""
     return msgpack.packb(obj, use_bin_type=True)

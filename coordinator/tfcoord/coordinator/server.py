@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from tfcoord.client import auth
 from tfcoord.client import messages as m
 from tfcoord.client.errors import LocalProtocolError, ProtocolError
-from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, Connection
+from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, ClusterReplyFrames, Connection
 
 from . import state as s
 from .journal import Journal, MemoryJournal
@@ -237,20 +237,36 @@ class _Peer(asyncio.Protocol):
     def write(self, msg: m.Message) -> None:
         if self.transport is None or self.closing:
             return
+        if type(msg) is m.ClusterReply:
+            try:
+                head, tail = self.server.cluster_frames.frame(msg)
+            except LocalProtocolError as e:
+                data = self._too_large(msg, e)
+            else:
+                # Two writes, no join: the spec's bytes are shared by every node of the job
+                # and go from that one object to the socket (asyncio copies only what the
+                # socket does not take at once).
+                self.transport.write(head)
+                self.transport.write(tail)
+                return
         try:
             data = self.proto.send(msg)
         except LocalProtocolError as e:
-            # A reply too large for one frame (the status of a job of tens of thousands of
-            # nodes): the request gets an error saying so; the connection and every other
-            # reply carry on.
-            rid = getattr(msg, "id", None)
-            log.warning("reply %s to %s not sent: %s", msg.op, self.peername, e)
-            if rid is None:
-                return
-            data = self.proto.send(m.Error(id=rid, code="too_large", message=(
-                f"the answer to this request is too large for one frame ({e}); ask for less "
-                "(one job's status instead of all, or the HTTP API's /v1/jobs/JOB/events pages)")))  # fmt: skip
-        self.transport.write(data)
+            data = self._too_large(msg, e)
+        if data:
+            self.transport.write(data)
+
+    def _too_large(self, msg: m.Message, e: LocalProtocolError) -> bytes:
+        """A reply too large for one frame (the status of a job of tens of thousands of
+        nodes): the request gets an error saying so; the connection and every other reply
+        carry on. Returns the error frame (empty for a message without a request id)."""
+        rid = getattr(msg, "id", None)
+        log.warning("reply %s to %s not sent: %s", msg.op, self.peername, e)
+        if rid is None:
+            return b""
+        return self.proto.send(m.Error(id=rid, code="too_large", message=(
+            f"the answer to this request is too large for one frame ({e}); ask for less "
+            "(one job's status instead of all, or the HTTP API's /v1/jobs/JOB/events pages)")))  # fmt: skip
 
     def fail(self, code: str, message: str) -> None:
         """Send a connection-level error frame and close."""
@@ -278,6 +294,8 @@ class CoordinatorServer:
         self._next_conn = 1
         self._server: asyncio.base_events.Server | None = None
         self._outbox: list[s.Send] = []
+        #: A job's cluster spec packed once, shared by every node's ``cluster`` reply.
+        self.cluster_frames = ClusterReplyFrames(config.max_frame_bytes)
         self._flush_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
