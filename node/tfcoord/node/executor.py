@@ -1,9 +1,9 @@
 """The node runtime inside a Spark executor task (and on the driver for ``driver_ps_nodes``).
 
 One Spark task per TensorFlow node, as in TensorFlowOnSpark, but the task is only a
-supervisor: it reserves the TensorFlow port (keeping the socket bound), picks GPUs,
-registers, heartbeats, blocks for the cluster, then forks the user's
-``map_fun(args, ctx)`` into a child process with ``TF_CONFIG`` set. Forking keeps
+supervisor (:mod:`.supervisor`): it reserves the TensorFlow port (keeping the socket bound),
+picks GPUs, registers, heartbeats, blocks for the cluster, then forks the user's
+``map_fun(args, ctx)`` into a child process (:class:`ForkedFunction`) with ``TF_CONFIG`` set. Forking keeps
 TensorFlowOnSpark's semantics (the function runs with the executor's Python, its
 imports and closures) while letting the supervisor terminate it the moment the
 coordinator says stop — a failed peer, a stop request, or, for a ps or evaluator,
@@ -30,17 +30,26 @@ from typing import Any
 
 from tfcoord.client import Client, NodeClient, TfcoordError
 from tfcoord.client import messages as m
+from tfcoord.client.client import ClusterInfo
 
 from . import feedwire, pdeath
 from .context import TFNodeContext
 from .gpuclaim import lock_dir
-from .gpus import CPU, select_gpus
 from .ports import PortReservation
+from .supervisor import (
+    FAILED,
+    STOP_GRACE_S,
+    Child,
+    ChildExit,
+    GpuRequest,
+    Launch,
+    Meta,
+    NodeSupervisor,
+    SupervisorConfig,
+)
 from .tensorboard import TensorBoard
 from .tlsfiles import TlsFiles
 
-#: A map_fun told to stop gets this long after SIGTERM before SIGKILL.
-STOP_GRACE_S = 5.0
 #: Entries of a map_fun's returned dict shown in the node's status (see result_meta).
 MAX_RESULT_ENTRIES = 16
 #: Roles that serve the others and are stopped when training ends.
@@ -161,135 +170,152 @@ def _child(
         os._exit(code)
 
 
-def run_node(spec: NodeSpec, executor_id: int, attempt: int = 0, task_id: str = "",
-             spark_resources: Any = None) -> None:  # fmt: skip
-    """Be node ``executor_id`` of the job until it ends; raise if this node failed."""
-    role, index = spec.slots[executor_id]
-    port = PortReservation(int(os.environ.get("TENSORFLOW_PORT", "0") or 0))
-    num_gpus, required = _requested_gpus(spec.tf_args)
-    # Claimed for this supervisor's whole life (and map_fun's, which inherits the claim):
-    # another node starting on this host meanwhile skips our GPUs.
-    gpus = CPU
-    try:
-        ssl_context = spec.tls.context() if spec.tls is not None else None  # the files are read here, once
-        gpus = select_gpus(num_gpus, spark_resources=spark_resources, require=required, lock_dir=lock_dir(),
-                           holder_name=f"job {spec.job} {role}:{index} (executor {executor_id})")  # fmt: skip
-        client = NodeClient(spec.address, spec.token, spec.job, executor_id, attempt,
-                            ssl_context=ssl_context).connect()  # fmt: skip
-    except BaseException:
-        gpus.release()
-        port.release()
-        raise
-    board: TensorBoard | None = None
-    child: multiprocessing.process.BaseProcess | None = None
-    feed_sock: socket.socket | None = None
-    child_done = threading.Event()
-    try:
-        host = client.local_host()
-        node = f"{role}:{index} (executor {executor_id}, host {host})"
-        meta: dict[str, str | int | float] = {"pid": os.getpid(), "gpu_source": gpus.source}
-        if spec.feed and role in feedwire.FEED_ROLES:
+class ForkedFunction(Child):
+    """The child of a Spark node: ``map_fun(tf_args, ctx)`` in a forked process.
+
+    Also runs what lives beside it: the feed port of an InputMode.SPARK node (bound before
+    registering, accepted on by map_fun's process) and TensorBoard beside the chief.
+    """
+
+    def __init__(self, spec: NodeSpec, executor_id: int) -> None:
+        self.spec = spec
+        self.executor_id = executor_id
+        self.role, self.index = spec.slots[executor_id]
+        self.ssl_context = spec.tls.context() if spec.tls is not None else None  # the files are read once
+        self._fork = multiprocessing.get_context("fork")
+        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._receive: Any = None
+        self._board: TensorBoard | None = None
+        self._feed_sock: socket.socket | None = None
+        self._feed_address = ""
+        self._node = ""
+        self._ended = threading.Event()
+        # Where summaries go and TensorBoard looks; map_fun finds it in TFCOORD_LOG_DIR.
+        self._logdir = spec.log_dir or os.path.join(spec.working_dir or os.getcwd(), "tensorboard")
+
+    def prepare(self, host: str, client: NodeClient) -> Meta:
+        meta: Meta = {}
+        if self.spec.feed and self.role in feedwire.FEED_ROLES:
             # Bound and listening before we register, so a feeder that learns the address
             # can connect at once; map_fun's process inherits the socket and accepts.
-            feed_sock = socket.create_server(("", int(os.environ.get("TFCOORD_FEED_PORT", "0") or 0)),
-                                             backlog=FEED_BACKLOG)  # fmt: skip
-            meta[feedwire.FEED_META] = f"{host}:{feed_sock.getsockname()[1]}"
-        # Where summaries go and TensorBoard looks; map_fun finds it in TFCOORD_LOG_DIR.
-        logdir = spec.log_dir or os.path.join(spec.working_dir or os.getcwd(), "tensorboard")
-        if spec.tensorboard and _tensorboard_role(spec, executor_id):
-            board = TensorBoard(logdir, host, int(os.environ.get("TENSORBOARD_PORT", "0") or 0),
-                                on_url=lambda url: client.heartbeat(meta={"tensorboard_url": url}))  # fmt: skip
-            meta["tensorboard_pid"] = board.proc.pid
-        client.register(host, port.port, gpus=gpus.uuids, task_id=task_id, meta=meta)
-        fork = multiprocessing.get_context("fork")
-        lock = fork.Lock()
+            self._feed_sock = socket.create_server(("", int(os.environ.get("TFCOORD_FEED_PORT", "0") or 0)),
+                                                   backlog=FEED_BACKLOG)  # fmt: skip
+            self._feed_address = f"{host}:{self._feed_sock.getsockname()[1]}"
+            meta[feedwire.FEED_META] = self._feed_address
+        if self.spec.tensorboard and _tensorboard_role(self.spec, self.executor_id):
+            self._board = TensorBoard(self._logdir, host, int(os.environ.get("TENSORBOARD_PORT", "0") or 0),
+                                      on_url=lambda url: client.heartbeat(meta={"tensorboard_url": url}))  # fmt: skip
+            meta["tensorboard_pid"] = self._board.proc.pid
+        return meta
 
-        def on_stop(reason: str) -> None:
-            if feed_sock is not None and child is not None:
-                _stop_feed(spec, node, str(meta[feedwire.FEED_META]), reason)
-                if child_done.wait(FEED_STOP_GRACE_S):
-                    return
-            with lock:
-                if child is not None and child.is_alive():
-                    os.kill(child.pid, signal.SIGTERM)  # type: ignore[arg-type]
-
-        client.start_heartbeats(spec.heartbeat_interval_s, on_stop=on_stop)
-        info = client.await_cluster(spec.wait_timeout_s)
-        if board is not None:
+    def before_launch(self, info: ClusterInfo) -> None:
+        if self._board is not None:
             # It started with the reservation, so this mostly overlaps; waiting here means the
             # URL is advertised while map_fun runs; a short job would otherwise end first.
-            board.wait_url()
-        env = {"TF_CONFIG": info.tf_config_json(), "TFCOORD_LOG_DIR": logdir, **gpus.env()}
+            self._board.wait_url()
+
+    def launch(self, launch: Launch) -> int:
+        spec, info = self.spec, launch.info
+        self._node = launch.node
+        env = {**launch.env, "TFCOORD_LOG_DIR": self._logdir}
         ctx = TFNodeContext(
-            executor_id=executor_id, job_name=info.role, task_index=info.index, cluster_spec=info.cluster,
+            executor_id=self.executor_id, job_name=info.role, task_index=info.index, cluster_spec=info.cluster,
             num_workers=info.num_workers, defaultFS=spec.default_fs, working_dir=spec.working_dir,
-            port=port.port, job_id=spec.job,
+            port=launch.port.port, job_id=spec.job,
         )  # fmt: skip
-        receive, send = fork.Pipe(duplex=False)
-        with lock:
-            if client.should_stop():
-                client.report("stopped")
-                return
-            released = fork.Event()
-            # Forked from this thread, which lives until the child is reaped: the child's
-            # parent-death signal is tied to the forking thread (see pdeath).
-            child = fork.Process(target=_child, daemon=False,
-                                 args=(spec, ctx, env, port, send, released, feed_sock, node, os.getpid(),
-                                       ssl_context))  # fmt: skip
-            child.start()
-        port.release()  # our copy; the child holds the port until map_fun starts
-        if feed_sock is not None:
-            feed_sock.close()  # the child's copy accepts; once it exits, feeders are refused
+        self._receive, send = self._fork.Pipe(duplex=False)
+        released = self._fork.Event()
+        # Forked from the supervisor's thread, which lives until the child is reaped: the
+        # child's parent-death signal is tied to the forking thread (see pdeath).
+        self._proc = self._fork.Process(target=_child, daemon=False,
+                                        args=(spec, ctx, env, launch.port, send, released, self._feed_sock,
+                                              launch.node, os.getpid(), self.ssl_context))  # fmt: skip
+        self._proc.start()
+        launch.port.release()  # our copy; the child holds the port until map_fun starts
+        if self._feed_sock is not None:
+            self._feed_sock.close()  # the child's copy accepts; once it exits, feeders are refused
         released.set()
         send.close()
-        client.report("running", meta={"child_pid": child.pid})
+        assert self._proc.pid is not None
+        return self._proc.pid
+
+    def wait(self) -> ChildExit:
+        assert self._proc is not None
         try:  # read before joining: a large traceback must not block the child on a full pipe
-            kind, payload = receive.recv()
+            kind, payload = self._receive.recv()
         except EOFError:  # the child died without a word (signal, os._exit in user code)
             kind, payload = "", None
-        child.join()
-        child_done.set()
+        self._proc.join()
+        self._ended.set()
+        code = self._proc.exitcode or 0
         if kind == "error":
-            error = str(payload)
-        elif kind != "result" and child.exitcode and child.exitcode < 0:
-            error = f"map_fun process was killed by signal {-child.exitcode} (out of memory?)"
-        elif kind != "result":
-            error = f"map_fun process exited with code {child.exitcode} without finishing"
-        else:
-            error = ""
-        if client.should_stop():
-            client.report("stopped")
-        elif error:
-            client.report("failed", error=error)
-            raise NodeFailed(f"{role}:{index} (executor {executor_id}) failed:\n{error}")
-        else:
-            client.report("succeeded", meta=payload or {})
-            if role in SERVING_ROLES:  # a ps or evaluator that returned: stay up until told to stop
-                client.stop_event.wait()
+            return ChildExit(str(payload), code or 1)
+        if kind != "result" and code < 0:
+            return ChildExit(f"map_fun process was killed by signal {-code} (out of memory?)", code)
+        if kind != "result":
+            return ChildExit(f"map_fun process exited with code {code} without finishing", code or 1)
+        return ChildExit("", 0, payload or {})
+
+    def alive(self) -> bool:
+        # Not Process.is_alive(): that reaps from the calling thread, and only wait() may.
+        return self._proc is not None and not self._ended.is_set()
+
+    def signal(self, sig: int) -> None:
+        # Until wait() reaped it the pid is ours (a zombie at worst), never a reused one.
+        if self._proc is not None and not self._ended.is_set() and self._proc.pid is not None:
+            try:
+                os.kill(self._proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def soft_stop(self, reason: str) -> bool:
+        """A fed node first stops its feed, so map_fun sees should_stop() and can finish."""
+        if not self._feed_address:
+            return False
+        _stop_feed(self.spec, self._node, self._feed_address, reason)
+        return self._ended.wait(FEED_STOP_GRACE_S)
+
+    def close(self) -> None:
+        if self._board is not None:
+            self._board.stop()
+        if self._feed_sock is not None:
+            self._feed_sock.close()
+
+
+def supervisor_config(spec: NodeSpec, executor_id: int, attempt: int = 0, task_id: str = "",
+                      spark_resources: Any = None, ssl_context: ssl.SSLContext | None = None
+                      ) -> SupervisorConfig:  # fmt: skip
+    """How the supervisor runs node ``executor_id`` of a Spark job."""
+    role, index = spec.slots[executor_id]
+    num_gpus, required = _requested_gpus(spec.tf_args)
+    gpus = GpuRequest(count=num_gpus, require=required, spark_resources=spark_resources, lock_dir=lock_dir(),
+                      holder_name=f"job {spec.job} {role}:{index} (executor {executor_id})")  # fmt: skip
+    return SupervisorConfig(
+        address=spec.address, token=spec.token, job=spec.job, executor_id=executor_id, attempt=attempt,
+        task_id=task_id, port=int(os.environ.get("TENSORFLOW_PORT", "0") or 0), gpus=gpus,
+        heartbeat_interval_s=spec.heartbeat_interval_s, wait_timeout_s=spec.wait_timeout_s,
+        linger_roles=SERVING_ROLES, stop_grace_s=STOP_GRACE_S, ssl_context=ssl_context,
+    )  # fmt: skip
+
+
+def start_node(spec: NodeSpec, executor_id: int, attempt: int = 0, task_id: str = "",
+               spark_resources: Any = None) -> NodeSupervisor:  # fmt: skip
+    """Start node ``executor_id`` of the job; returns once it is registered (see NodeSupervisor)."""
+    child = ForkedFunction(spec, executor_id)
+    cfg = supervisor_config(spec, executor_id, attempt, task_id, spark_resources, child.ssl_context)
+    return NodeSupervisor(cfg, child).start()
+
+
+def run_node(spec: NodeSpec, executor_id: int, attempt: int = 0, task_id: str = "",
+             spark_resources: Any = None) -> None:  # fmt: skip
+    """Be node ``executor_id`` of the job until it ends; raise NodeFailed if this node failed."""
+    role, index = spec.slots[executor_id]
+    try:
+        outcome = start_node(spec, executor_id, attempt, task_id, spark_resources).wait()
     except TfcoordError as e:
         raise NodeFailed(f"{role}:{index} (executor {executor_id}): {e}") from None
-    except NodeFailed:
-        raise
-    except BaseException:
-        try:
-            client.report("failed", error="tfcoord node supervisor:\n" + traceback.format_exc())
-        except Exception:
-            pass
-        raise
-    finally:
-        if child is not None and child.is_alive():
-            child.terminate()
-            child.join(STOP_GRACE_S)
-            if child.is_alive():
-                child.kill()
-                child.join()
-        if board is not None:
-            board.stop()
-        if feed_sock is not None:
-            feed_sock.close()
-        port.release()
-        gpus.release()
-        client.close()
+    if outcome.state == FAILED:
+        raise NodeFailed(f"{role}:{index} (executor {executor_id}) failed:\n{outcome.error}")
 
 
 def _stop_feed(spec: NodeSpec, node: str, address: str, reason: str) -> None:

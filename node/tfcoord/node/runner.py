@@ -1,5 +1,8 @@
 """The node entry point for processes launched outside Spark: the local engine, Mesos tasks.
 
+The node is a :class:`~tfcoord.node.supervisor.NodeSupervisor` whose child is a command
+(:class:`Command`) or, in server mode, a TensorFlow server (:class:`ServerCommand`).
+
 ``python -m tfcoord.node --address A --job J --executor-id I -- COMMAND...``
 reserves a port (``TENSORFLOW_PORT`` or a free one), registers with the
 coordinator, blocks for the cluster, then runs COMMAND with ``TF_CONFIG`` set,
@@ -19,23 +22,20 @@ command line, so it does not show in process listings; the command does not see 
 from __future__ import annotations
 
 import os
-import signal
 import ssl
 import subprocess
 import sys
 import threading
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tfcoord.client import NodeClient, TfcoordError
+from tfcoord.client import TfcoordError
 from tfcoord.client.messages import MAX_ERROR_LEN
 
 from . import pdeath
-from .gpus import select_gpus
-from .ports import PortReservation
+from .supervisor import STOP_GRACE_S, Child, ChildExit, GpuRequest, Launch, NodeSupervisor, SupervisorConfig
 
-#: A command told to stop gets this long to exit after SIGTERM before SIGKILL.
-STOP_GRACE_S = 5.0
 TOKEN_ENV = "TFCOORD_TOKEN"
 #: Server mode: the file descriptor on which the server child writes READY_LINE once it listens.
 READY_FD_ENV = "TFCOORD_READY_FD"
@@ -89,88 +89,108 @@ class _Tail:
         return b"".join(self._chunks).decode("utf-8", "replace")
 
 
+class Command(Child):
+    """A command as the node's child: its stderr passes through, its tail is the error text."""
+
+    def __init__(self, command: tuple[str, ...], extra_env: Mapping[str, str] | None = None) -> None:
+        self.command = command
+        self.extra_env = dict(extra_env or {})
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tail: _Tail | None = None
+
+    def _env(self, launch: Launch) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+        env.update(self.extra_env)
+        env.update(launch.env)  # CUDA_VISIBLE_DEVICES always set: a node never grabs every GPU by accident
+        return env
+
+    def launch(self, launch: Launch) -> int:
+        launch.port.release()  # the command's TensorFlow server binds it next
+        # Killed with this node (a SIGKILLed Mesos executor, an interrupted local engine):
+        # the command never outlives the node that reports on it.
+        self._proc = pdeath.popen(self.command, env=self._env(launch), stderr=subprocess.PIPE)
+        self._tail = _Tail(self._proc.stderr, sys.stderr.buffer)
+        return self._proc.pid
+
+    def wait(self) -> ChildExit:
+        assert self._proc is not None and self._tail is not None
+        rc = self._proc.wait()
+        err = self._tail.text()
+        if self._proc.stderr is not None:
+            self._proc.stderr.close()
+        if rc == 0:
+            return ChildExit()
+        why = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
+        return ChildExit(f"command {self.command[0]} ended with {why}\n{err}", rc)
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self._proc is None:
+            return
+        try:
+            self._proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    def soft_stop(self, reason: str) -> bool:
+        if self.alive():
+            print(f"tfcoord: stopping: {reason.splitlines()[0] if reason else 'stop requested'}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        return False
+
+
+class ServerCommand(Command):
+    """Server mode's child: :mod:`tfcoord.node.tfserver`, RUNNING once its server listens."""
+
+    def __init__(self, extra_env: Mapping[str, str] | None = None) -> None:
+        super().__init__(server_command(), extra_env)
+        self._ready_fd: int | None = None
+
+    def launch(self, launch: Launch) -> int:
+        launch.port.release()
+        env = self._env(launch)
+        # The server says on this pipe when it listens: "running" then means servable.
+        ready_r, ready_w = os.pipe()
+        env[READY_FD_ENV] = str(ready_w)
+        try:
+            self._proc = pdeath.popen(self.command, env=env, stderr=subprocess.PIPE, pass_fds=(ready_w,))
+        except BaseException:
+            os.close(ready_r)
+            raise
+        finally:
+            os.close(ready_w)
+        self._ready_fd = ready_r
+        self._tail = _Tail(self._proc.stderr, sys.stderr.buffer)
+        return self._proc.pid
+
+    def ready(self) -> bool:
+        assert self._ready_fd is not None
+        fd, self._ready_fd = self._ready_fd, None
+        return _serving(fd)
+
+
 def run_node(cfg: NodeConfig) -> int:
     """Run one node to its end; returns the process exit code."""
-    # An explicit port (TENSORFLOW_PORT) is one a scheduler granted this node: a Mesos offer's.
-    ports = PortReservation(cfg.port, granted=cfg.port != 0)
-    # GPUs granted to this task (a Mesos offer) are used whole; otherwise the CPU.
-    gpus = select_gpus(0, mesos_gpus=list(cfg.gpus) or None)
-    client = NodeClient(
-        cfg.address, cfg.token, cfg.job, cfg.executor_id, cfg.attempt, ssl_context=cfg.ssl_context
-    ).connect()
-    child: subprocess.Popen | None = None
-    lock = threading.Lock()
-    stopping = threading.Event()
-
-    def on_stop(reason: str) -> None:
-        stopping.set()
-        with lock:
-            if child is not None and child.poll() is None:
-                print(f"tfcoord: stopping: {reason.splitlines()[0] if reason else 'stop requested'}",
-                      file=sys.stderr, flush=True)  # fmt: skip
-                _terminate(child)
-
+    child = ServerCommand(cfg.extra_env) if cfg.server_mode else Command(cfg.command, cfg.extra_env)
+    sup = NodeSupervisor(
+        SupervisorConfig(
+            address=cfg.address, token=cfg.token, job=cfg.job, executor_id=cfg.executor_id,
+            attempt=cfg.attempt, task_id=cfg.task_id, host=cfg.host, port=cfg.port,
+            # An explicit port (TENSORFLOW_PORT) is one a scheduler granted this node: a Mesos offer's.
+            port_granted=cfg.port != 0,
+            # GPUs granted to this task (a Mesos offer) are used whole; otherwise the CPU.
+            gpus=GpuRequest(mesos_gpus=cfg.gpus), heartbeat_interval_s=cfg.heartbeat_interval_s,
+            wait_timeout_s=cfg.wait_timeout_s, stop_grace_s=STOP_GRACE_S, ssl_context=cfg.ssl_context,
+        ),
+        child,
+    )  # fmt: skip
     try:
-        host = cfg.host or client.local_host()
-        client.register(host, ports.port, gpus=gpus.uuids, task_id=cfg.task_id, meta={"pid": os.getpid()})
-        client.start_heartbeats(cfg.heartbeat_interval_s, on_stop=on_stop)
-        info = client.await_cluster(cfg.wait_timeout_s)
-        env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-        env.update(cfg.extra_env)
-        env["TF_CONFIG"] = info.tf_config_json()
-        env.update(gpus.env())  # always set: a node never grabs every GPU by accident
-        env["TFCOORD_JOB"], env["TFCOORD_ROLE"], env["TFCOORD_TASK_INDEX"] = (
-            cfg.job,
-            info.role,
-            str(info.index),
-        )
-        ports.release()  # the command's TensorFlow server binds it next
-        with lock:
-            if stopping.is_set():
-                client.report("stopped")
-                return 0
-            if cfg.server_mode:
-                # The server says on this pipe when it listens: "running" then means servable.
-                ready_r, ready_w = os.pipe()
-                env[READY_FD_ENV] = str(ready_w)
-                try:
-                    child = pdeath.popen(cfg.command, env=env, stderr=subprocess.PIPE, pass_fds=(ready_w,))
-                finally:
-                    os.close(ready_w)
-            else:
-                # Killed with this runner (a SIGKILLed Mesos executor, an interrupted local
-                # engine): the command never outlives the node that reports on it.
-                child = pdeath.popen(cfg.command, env=env, stderr=subprocess.PIPE)
-        tail = _Tail(child.stderr, sys.stderr.buffer)
-        if not cfg.server_mode or _serving(ready_r):
-            client.report("running", meta={"child_pid": child.pid})
-        rc = child.wait()
-        err = tail.text()
-        if stopping.is_set():
-            client.report("stopped")
-            return 0
-        if rc == 0:
-            client.report("succeeded")
-            return 0
-        why = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
-        client.report("failed", error=f"command {cfg.command[0]} ended with {why}\n{err}")
-        return rc if rc > 0 else 1
+        return sup.run().exit_code
     except TfcoordError as e:
-        if child is not None and child.poll() is None:
-            _terminate(child)
         print(f"tfcoord node: {e}", file=sys.stderr, flush=True)
         return 2
-    except BaseException as e:
-        if child is not None and child.poll() is None:
-            _terminate(child)
-        try:
-            client.report("failed", error=f"tfcoord node runner: {type(e).__name__}: {e}")
-        except Exception:
-            pass
-        raise
-    finally:
-        ports.release()
-        client.close()
 
 
 def server_command() -> tuple[str, ...]:
@@ -182,19 +202,3 @@ def _serving(ready_fd: int) -> bool:
     """Block until the server child reports that it listens (True) or exits first (False)."""
     with os.fdopen(ready_fd, "rb") as ready:
         return ready.readline().strip() == READY_LINE.strip()
-
-
-def _terminate(child: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL after the grace period, without blocking the caller."""
-    try:
-        child.send_signal(signal.SIGTERM)
-    except ProcessLookupError:
-        return
-
-    def reap() -> None:
-        try:
-            child.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-
-    threading.Thread(target=reap, daemon=True).start()

@@ -1,0 +1,415 @@
+"""One node's life, whatever runs its work: the node supervisor every engine uses.
+
+A node — a Spark task, a Mesos task, a process of the local engine — is a supervisor and
+one child. The supervisor does the part that is the same everywhere, written once here:
+
+1. reserve the TensorFlow port (keeping the socket bound, see :mod:`.ports`) and pick GPUs;
+2. connect to the coordinator, let the child prepare (open a feed port, start TensorBoard),
+   register, and heartbeat from then on;
+3. block until the cluster is complete, then start the child under a lock — unless the
+   coordinator said stop meanwhile — with ``TF_CONFIG`` and ``CUDA_VISIBLE_DEVICES`` set;
+4. report RUNNING once the child can do its work, then its end: SUCCEEDED, FAILED (with the
+   child's error text) or STOPPED when the coordinator (or :meth:`NodeSupervisor.stop`) asked;
+5. stop the child when told to: first the child's own soft stop (a fed node finishes its
+   queue), then SIGTERM, then SIGKILL after a grace period; release port, GPUs and connection.
+
+What runs is a :class:`Child`: a forked ``map_fun`` (:class:`tfcoord.node.executor.ForkedFunction`),
+a command (:class:`tfcoord.node.runner.Command`) or a ``tf.distribute.Server``
+(:class:`tfcoord.node.runner.ServerCommand`). The supervisor works in a thread of its own,
+so a node can outlive the call that started it: :meth:`NodeSupervisor.start` returns once
+the node is registered, :meth:`~NodeSupervisor.wait` returns how it ended. That thread also
+forks the child and waits for it, which the parent-death signal needs (see :mod:`.pdeath`):
+a child dies with the thread that started it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import ssl
+import threading
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfcoord.client import NodeClient, RequestRejected, TfcoordError
+from tfcoord.client.client import ClusterInfo
+
+from .gpus import CPU, GpuSelection, select_gpus
+from .ports import PortReservation
+
+log = logging.getLogger("tfcoord.node")
+
+#: A child told to stop gets this long after SIGTERM before SIGKILL: enough for TensorFlow
+#: to close its sessions, short enough that a stopped job frees its executors at once.
+STOP_GRACE_S = 5.0
+
+SUCCEEDED, FAILED, STOPPED = "succeeded", "failed", "stopped"
+
+Meta = dict[str, str | int | float]
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    """How a child ended.
+
+    Attributes:
+        error: empty when it did its work; else what the node reports (a traceback, the tail
+            of a command's stderr).
+        exit_code: the process's exit status (negative: killed by that signal).
+        meta: shown in the node's status on success (a map_fun's returned scalars).
+    """
+
+    error: str = ""
+    exit_code: int = 0
+    meta: Meta = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a child gets when the cluster is complete."""
+
+    info: ClusterInfo
+    #: ``TF_CONFIG``, ``CUDA_VISIBLE_DEVICES``, ``TFCOORD_JOB``, ``TFCOORD_ROLE``, ``TFCOORD_TASK_INDEX``.
+    env: dict[str, str]
+    #: Still held: the child releases it when its TensorFlow is about to bind it.
+    port: PortReservation
+    #: ``role:index (executor N, host H)``, for messages.
+    node: str
+
+
+class Child(ABC):
+    """The work a supervisor runs: one process, started once the cluster is known.
+
+    Only the supervisor's thread calls :meth:`launch`, :meth:`wait` and :meth:`close`;
+    :meth:`soft_stop`, :meth:`alive` and :meth:`signal` may come from the stop watcher.
+    """
+
+    def prepare(self, host: str, client: NodeClient) -> Meta:
+        """Before registering: set up what others must find (a feed port); returns node metadata."""
+        return {}
+
+    def before_launch(self, info: ClusterInfo) -> None:  # noqa: B027 - an optional hook
+        """After the cluster is known, before the launch lock: wait for helpers (TensorBoard)."""
+
+    @abstractmethod
+    def launch(self, launch: Launch) -> int:
+        """Start the process; returns its pid. Called under the supervisor's lock."""
+
+    def ready(self) -> bool:
+        """Block until the child can do its work (True) or ended before it could (False)."""
+        return True
+
+    @abstractmethod
+    def wait(self) -> ChildExit:
+        """Block until the process ends; reap it."""
+
+    @abstractmethod
+    def alive(self) -> bool:
+        """Whether the process was started and has not ended."""
+
+    @abstractmethod
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the process if it still runs."""
+
+    def soft_stop(self, reason: str) -> bool:
+        """Ask the child to finish on its own before SIGTERM; True if it ended meanwhile."""
+        return False
+
+    def close(self) -> None:  # noqa: B027 - an optional hook
+        """After the process ended (or never started): stop helpers, close what prepare opened."""
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """Which GPUs a node asks for (see :func:`tfcoord.node.gpus.select_gpus`)."""
+
+    count: int = 0
+    #: Fail the node when fewer than ``count`` GPUs are free (``tf_args.num_gpus`` given).
+    require: bool = False
+    #: ``TaskContext.resources()`` of the Spark task; its GPU addresses win.
+    spark_resources: Any = None
+    #: GPU ids a Mesos offer granted.
+    mesos_gpus: tuple[str, ...] = ()
+    #: Host-local claims, so two nodes starting together do not pick the same free GPU.
+    lock_dir: str | None = None
+    holder_name: str = ""
+
+    def select(self) -> GpuSelection:
+        return select_gpus(
+            self.count, spark_resources=self.spark_resources, mesos_gpus=list(self.mesos_gpus) or None,
+            require=self.require, lock_dir=self.lock_dir, holder_name=self.holder_name,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    """One node: which job and slot, and how to reach the coordinator."""
+
+    address: str
+    token: bytes
+    job: str
+    executor_id: int
+    attempt: int = 0
+    #: Who started the node (a Spark task, a Mesos task id), for the coordinator's messages.
+    task_id: str = ""
+    #: The address other nodes dial; default: the local address of our coordinator connection.
+    host: str | None = None
+    #: The TensorFlow port; 0 picks a free one.
+    port: int = 0
+    #: The port was granted to this node alone (a Mesos offer's): see PortReservation.
+    port_granted: bool = False
+    gpus: GpuRequest = GpuRequest()
+    heartbeat_interval_s: float = 2.0
+    #: How long to wait for the rest of the cluster to register.
+    wait_timeout_s: float = 600.0
+    #: Roles that serve the others (a ps, an evaluator): when their child returns they stay
+    #: up, reported SUCCEEDED, until the job tells them to stop.
+    linger_roles: tuple[str, ...] = ()
+    stop_grace_s: float = STOP_GRACE_S
+    ssl_context: ssl.SSLContext | None = None
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """How a supervised node ended, as it reported it."""
+
+    state: str  #: SUCCEEDED, FAILED or STOPPED
+    role: str
+    index: int
+    error: str = ""
+    #: What a process running this node should exit with: 0 unless the child failed.
+    exit_code: int = 0
+
+
+class NodeSupervisor:
+    """Run one node with ``child`` as its work; see the module's docstring.
+
+    ``NodeSupervisor(cfg, child).run()`` blocks until the node ends. ``start()`` returns once
+    the node is registered and heartbeating; ``wait()`` then returns its outcome, and
+    ``stop()`` ends it early.
+    """
+
+    def __init__(self, config: SupervisorConfig, child: Child) -> None:
+        self.config = config
+        self.child = child
+        self.role = ""
+        self.index = -1
+        #: ``role:index (executor N, host H)`` once registered.
+        self.node = f"executor {config.executor_id}"
+        self.client: NodeClient | None = None
+        self._lock = threading.Lock()  # orders "launch unless stopping" against "stop what runs"
+        self._launched = False
+        self._stop = threading.Event()  # told to stop, by the coordinator or by stop()
+        self._local_reason = ""  # stop()'s reason: the coordinator did not ask, so say why
+        self._child_ended = threading.Event()
+        self._registered = threading.Event()  # set also when the node ended before registering
+        self._was_registered = False
+        self._running = threading.Event()
+        self._settled = threading.Event()  # the child runs, or the node ended
+        self._done = threading.Event()
+        self._outcome: NodeOutcome | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- the handle ---------------------------------------------------------------------
+
+    def start(self) -> NodeSupervisor:
+        """Start the node in a thread of its own; return once it is registered.
+
+        Raises what stopped it from registering (the coordinator unreachable or refusing,
+        the port taken, GPUs unavailable).
+        """
+        if self._thread is not None:
+            raise RuntimeError("a NodeSupervisor runs once")
+        self._thread = threading.Thread(
+            target=self._main, name=f"tfcoord-node-{self.config.job}-{self.config.executor_id}", daemon=True
+        )
+        self._thread.start()
+        self._registered.wait()
+        if not self._was_registered and self._error is not None:
+            raise self._error
+        return self
+
+    def run(self) -> NodeOutcome:
+        """Start the node and block until it ends (``start().wait()``).
+
+        Interrupted (Ctrl-C in the local engine), it stops the node first, so its child
+        does not run on unsupervised.
+        """
+        self.start()
+        try:
+            return self.wait()
+        except KeyboardInterrupt:
+            self.stop("the node was interrupted")
+            self._done.wait(self.config.stop_grace_s + 5.0)
+            raise
+
+    def wait(self, timeout_s: float | None = None) -> NodeOutcome:
+        """Block until the node ended; returns its outcome.
+
+        Raises:
+            TimeoutError: still running after ``timeout_s``.
+            TfcoordError: the coordinator refused or lost the node (the node could not report).
+            BaseException: whatever broke the supervisor itself (reported as the node's error).
+        """
+        if not self._done.wait(timeout_s):
+            raise TimeoutError(f"{self.node} of job {self.config.job} still runs after {timeout_s:g} s")
+        if self._error is not None:
+            raise self._error
+        assert self._outcome is not None
+        return self._outcome
+
+    def wait_running(self, timeout_s: float | None = None) -> bool:
+        """Block until the child runs (True), or the node ended first or the timeout passed (False)."""
+        self._settled.wait(timeout_s)
+        return self._running.is_set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def stop(self, reason: str = "stopped by its supervisor") -> None:
+        """End the node early, as a stop from the coordinator would; it reports STOPPED.
+
+        Unless the coordinator had asked this node to stop, its job then fails: a cluster
+        cannot lose a node; ``reason`` becomes the job's error.
+
+        Returns at once; :meth:`wait` says when it has ended. A node still waiting for its
+        cluster stops when the cluster forms (it reports STOPPED instead of launching) or
+        when the job ends, whichever comes first.
+        """
+        self._local_reason = self._local_reason or reason
+        self._on_stop(reason)
+
+    # -- the node's life ----------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._outcome = self._supervise()
+        except BaseException as e:
+            self._error = e
+        finally:
+            self._registered.set()
+            self._settled.set()
+            self._done.set()
+
+    def _supervise(self) -> NodeOutcome:
+        cfg = self.config
+        port = PortReservation(cfg.port, granted=cfg.port_granted)
+        # Claimed for the node's whole life (and its child's, which inherits the claim):
+        # another node starting on this host meanwhile skips our GPUs.
+        gpus = CPU
+        try:
+            gpus = cfg.gpus.select()
+            client = NodeClient(cfg.address, cfg.token, cfg.job, cfg.executor_id, cfg.attempt,
+                                ssl_context=cfg.ssl_context).connect()  # fmt: skip
+        except BaseException:
+            gpus.release()
+            port.release()
+            raise
+        self.client = client
+        try:
+            return self._run(client, port, gpus)
+        except TfcoordError:
+            raise  # the coordinator refused or lost us: it knows, or will once heartbeats stop
+        except BaseException:
+            # A bug here or in the child's set-up: let the job know why.
+            try:
+                client.report(FAILED, error="tfcoord node supervisor:\n" + traceback.format_exc())
+            except Exception:
+                pass
+            raise
+        finally:
+            self._stop_child()
+            self.child.close()
+            port.release()
+            gpus.release()
+            client.close()
+
+    def _run(self, client: NodeClient, port: PortReservation, gpus: GpuSelection) -> NodeOutcome:
+        cfg = self.config
+        host = cfg.host or client.local_host()
+        meta: Meta = {"pid": os.getpid(), "gpu_source": gpus.source}
+        meta.update(self.child.prepare(host, client))
+        reg = client.register(host, port.port, gpus=gpus.uuids, task_id=cfg.task_id, meta=meta)
+        self.role, self.index = str(reg.get("role", "")), int(reg.get("index", -1))
+        self.node = f"{self.role}:{self.index} (executor {cfg.executor_id}, host {host})"
+        client.start_heartbeats(cfg.heartbeat_interval_s, on_stop=self._on_stop)
+        self._was_registered = True
+        self._registered.set()
+
+        info = client.await_cluster(cfg.wait_timeout_s)
+        self.child.before_launch(info)
+        env = {
+            "TF_CONFIG": info.tf_config_json(), **gpus.env(),
+            "TFCOORD_JOB": cfg.job, "TFCOORD_ROLE": info.role, "TFCOORD_TASK_INDEX": str(info.index),
+        }  # fmt: skip
+        with self._lock:
+            if self._stopping(client):
+                return self._report(client, STOPPED, info)
+            pid = self.child.launch(Launch(info, env, port, self.node))
+            self._launched = True
+        port.release()  # our copy, if the child did not take it over already
+        if self.child.ready():
+            client.report("running", meta={"child_pid": pid})
+            self._running.set()
+            self._settled.set()
+        ended = self.child.wait()
+        self._child_ended.set()
+        if self._stopping(client):
+            return self._report(client, STOPPED, info)
+        if ended.error:
+            code = ended.exit_code if ended.exit_code > 0 else 1
+            return self._report(client, FAILED, info, error=ended.error, exit_code=code)
+        outcome = self._report(client, SUCCEEDED, info, meta=ended.meta)
+        if info.role in cfg.linger_roles:  # a ps or evaluator that returned: serve until told to stop
+            self._stop.wait()
+        return outcome
+
+    def _stopping(self, client: NodeClient) -> bool:
+        return self._stop.is_set() or client.should_stop()
+
+    def _report(self, client: NodeClient, state: str, info: ClusterInfo, *, error: str = "",
+                meta: Mapping[str, Any] | None = None, exit_code: int = 0) -> NodeOutcome:  # fmt: skip
+        if state == STOPPED and not client.should_stop():
+            error = self._local_reason  # the job fails: this node stopped unasked, and this says why
+        try:
+            client.report(state, error=error, meta=meta)
+        except RequestRejected as e:
+            # The job ended meanwhile (a peer's failure got there first): the coordinator has
+            # its outcome already, and this node's own is still what the child did.
+            log.info("%s of job %s: the coordinator did not take our %s report: %s", self.node,
+                     self.config.job, state, e)  # fmt: skip
+        return NodeOutcome(state, info.role, info.index, error, exit_code)
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def _on_stop(self, reason: str) -> None:
+        """Told to stop (the stop watcher's thread, or stop()): end the child, never block long."""
+        self._stop.set()
+        if self._launched and not self._child_ended.is_set() and self.child.soft_stop(reason):
+            return
+        with self._lock:
+            if not self._launched or not self.child.alive():
+                return
+            self.child.signal(signal.SIGTERM)
+        threading.Thread(target=self._kill_after_grace, name="tfcoord-node-reaper", daemon=True).start()
+
+    def _kill_after_grace(self) -> None:
+        # Only the supervisor's thread reaps the child; this one only escalates.
+        if not self._child_ended.wait(self.config.stop_grace_s) and self.child.alive():
+            self.child.signal(signal.SIGKILL)
+
+    def _stop_child(self) -> None:
+        """On the way out: a child still running gets SIGTERM, then SIGKILL after the grace."""
+        with self._lock:
+            if not self._launched or self._child_ended.is_set() or not self.child.alive():
+                return
+            self.child.signal(signal.SIGTERM)
+        threading.Thread(target=self._kill_after_grace, name="tfcoord-node-reaper", daemon=True).start()
+        self.child.wait()
+        self._child_ended.set()

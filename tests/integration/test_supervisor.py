@@ -1,0 +1,214 @@
+"""The node supervisor against a real coordinator: real sockets, real child processes, no Spark.
+
+Stop and failure semantics are written once, in tfcoord.node.supervisor; these tests hold
+them for every child: a command (Mesos tasks, the local engine) and a forked map_fun
+(Spark executors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tfcoord.client import AuthenticationFailed, DriverClient, JobSpec, RequestRejected, make_roles
+from tfcoord.node.executor import NodeSpec, start_node
+from tfcoord.node.runner import Command
+from tfcoord.node.supervisor import FAILED, STOPPED, SUCCEEDED, NodeSupervisor, SupervisorConfig
+
+#: Every wait below ends on an event; this only bounds a broken run.
+WAIT_S = 60.0
+
+
+def _config(coord, driver: DriverClient, job: str, executor_id: int, **kw) -> SupervisorConfig:
+    return SupervisorConfig(address=coord.address, token=driver.job_token(job), job=job,
+                            executor_id=executor_id, host="127.0.0.1", heartbeat_interval_s=0.2, **kw)  # fmt: skip
+
+
+def _python(code: str, **env: str) -> Command:
+    return Command((sys.executable, "-c", code), env)
+
+
+def _gone(pid: int, timeout_s: float = WAIT_S) -> bool:
+    """Whether process ``pid`` ends within the timeout (a pidfd is readable once it has)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout_s)[0])
+    finally:
+        os.close(fd)
+
+
+def test_two_commands_rendezvous_and_succeed(coordinator, tmp_path: Path):
+    code = (
+        "import os; e = os.environ\n"
+        "open(e['OUT'], 'w').write('|'.join((e['TF_CONFIG'], e['CUDA_VISIBLE_DEVICES'], e['TFCOORD_ROLE'])))"
+    )
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(2), reservation_timeout_s=30))
+        sups = [NodeSupervisor(_config(coordinator, d, job, i), _python(code, OUT=str(tmp_path / f"{i}")))
+                for i in range(2)]  # fmt: skip
+        for s in sups:
+            s.start()
+        outcomes = [s.wait(WAIT_S) for s in sups]
+        status = d.await_job(job, WAIT_S)
+    assert [(o.state, o.role, o.index, o.exit_code) for o in outcomes] == [
+        (SUCCEEDED, "worker", 0, 0),
+        (SUCCEEDED, "worker", 1, 0),
+    ]
+    assert status["state"] == "SUCCEEDED"
+    tf_config, cuda, role = (tmp_path / "1").read_text().split("|")
+    assert json.loads(tf_config)["task"] == {"type": "worker", "index": 1}
+    assert len(json.loads(tf_config)["cluster"]["worker"]) == 2
+    assert (cuda, role) == ("", "worker")  # CUDA_VISIBLE_DEVICES always set: the CPU here
+
+
+def test_a_failed_child_fails_the_job_and_stops_the_others(coordinator):
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(2), reservation_timeout_s=30))
+        waiting = NodeSupervisor(_config(coordinator, d, job, 0), _python("import time; time.sleep(600)"))
+        failing = NodeSupervisor(
+            _config(coordinator, d, job, 1), _python("import sys; sys.stderr.write('ValueError: bad batch\\n'); sys.exit(3)")
+        )  # fmt: skip
+        waiting.start()
+        failing.start()
+        failed = failing.wait(WAIT_S)
+        stopped = waiting.wait(WAIT_S)
+        status = d.await_job(job, WAIT_S, raise_on_failure=False)
+    assert failed.state == FAILED and failed.exit_code == 3
+    assert "exit code 3" in failed.error and "ValueError: bad batch" in failed.error
+    assert stopped.state == STOPPED
+    assert status["state"] == "FAILED" and "ValueError: bad batch" in status["error"]
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(coordinator, tmp_path: Path):
+    ready = tmp_path / "ready"
+    os.mkfifo(ready)
+    code = (
+        "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "open(os.environ['READY'], 'w').write('x')\n"
+        "time.sleep(600)\n"
+    )
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        sup = NodeSupervisor(
+            _config(coordinator, d, job, 0, stop_grace_s=0.5), _python(code, READY=str(ready))
+        )
+        sup.start()
+        assert sup.wait_running(WAIT_S)
+        assert ready.read_text() == "x"  # blocks until the child ignores SIGTERM
+        pid = int(d.status(job)["nodes"][0]["meta"]["child_pid"])
+        started = time.monotonic()
+        d.stop(job, "enough")
+        outcome = sup.wait(WAIT_S)
+        took = time.monotonic() - started
+        status = d.await_job(job, WAIT_S, raise_on_failure=False)
+    assert outcome.state == STOPPED and status["state"] == "STOPPED"
+    assert _gone(pid, 0)
+    assert took < 30, f"a child ignoring SIGTERM was not killed after the 0.5 s grace ({took:.1f} s)"
+
+
+def test_a_node_outlives_the_call_that_started_it_and_stops_on_request(coordinator):
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1, 1), reservation_timeout_s=30))
+        ps = NodeSupervisor(_config(coordinator, d, job, 0), _python("import time; time.sleep(600)")).start()
+        # start() returned: registered, the rest of the cluster not there yet.
+        assert [n["state"] for n in d.status(job)["nodes"]] == ["REGISTERED"]
+        assert not ps.done
+        worker = NodeSupervisor(_config(coordinator, d, job, 1), _python("pass")).start()
+        assert ps.wait_running(WAIT_S)
+        assert worker.wait(WAIT_S).state == SUCCEEDED
+        # The worker is done and the job is over: the coordinator stops the ps.
+        assert ps.wait(WAIT_S).state == STOPPED
+        assert d.await_job(job, WAIT_S)["state"] == "SUCCEEDED"
+
+
+def test_stop_from_the_handle_ends_the_node_and_says_why(coordinator):
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        sup = NodeSupervisor(_config(coordinator, d, job, 0), _python("import time; time.sleep(600)")).start()
+        assert sup.wait_running(WAIT_S)
+        pid = int(d.status(job)["nodes"][0]["meta"]["child_pid"])
+        sup.stop("the executor is shutting down")
+        assert sup.wait(WAIT_S).state == STOPPED
+        assert _gone(pid)
+        status = d.await_job(job, WAIT_S, raise_on_failure=False)
+    # Nobody asked the job to stop: a cluster that loses a node fails, saying why.
+    assert status["state"] == "FAILED"
+    assert "stopped unasked: the executor is shutting down" in status["error"]
+
+
+def test_a_wrong_token_fails_start_and_frees_the_port(coordinator):
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        cfg = SupervisorConfig(address=coordinator.address, token=b"x" * 32, job=job, executor_id=0)
+        sup = NodeSupervisor(cfg, _python("pass"))
+        with pytest.raises(AuthenticationFailed):
+            sup.start()
+        assert sup.done
+
+
+# -- a forked map_fun (the Spark engine's child) -------------------------------------------
+
+
+def _returns_loss(args, ctx):
+    if ctx.job_name == "worker":  # returns once the test says so (the ps has returned first)
+        with open(args["go"]) as go:
+            go.read()
+    return {"loss": 0.25, "role": ctx.job_name}
+
+
+def _raises(args, ctx):
+    raise ValueError(f"bad input on {ctx.job_name}:{ctx.task_index}")
+
+
+def _spec(coord, driver: DriverClient, job: str, spec: JobSpec, map_fun, tf_args=None) -> NodeSpec:
+    slots = tuple(spec.slots())
+    return NodeSpec(address=coord.address, token=driver.job_token(job), job=job, map_fun=map_fun,
+                    tf_args=tf_args or {}, slots=slots, heartbeat_interval_s=0.2, wait_timeout_s=30)  # fmt: skip
+
+
+def test_forked_map_fun_result_is_shown_and_a_ps_lingers_until_the_job_ends(coordinator, tmp_path: Path):
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    roles = make_roles(1, 1)
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(js := JobSpec(roles=roles, reservation_timeout_s=30))
+        spec = _spec(coordinator, d, job, js, _returns_loss, {"go": str(go)})
+        ps, worker = start_node(spec, 0), start_node(spec, 1)
+        st = d.watch(job, 0, WAIT_S)
+        while st["nodes"][0]["state"] != "SUCCEEDED":  # the ps returned; it must stay up
+            st = d.watch(job, st["version"], WAIT_S)
+        assert not ps.done
+        go.write_text("go")  # the worker returns, the job succeeds, the ps is told to stop
+        assert worker.wait(WAIT_S).state == SUCCEEDED
+        assert ps.wait(WAIT_S).state == SUCCEEDED  # returned early, served on until the job ended
+        status = d.await_job(job, WAIT_S)
+    nodes = {n["role"]: n for n in status["nodes"]}
+    assert (
+        nodes["worker"]["meta"]["result.loss"] == 0.25 and nodes["worker"]["meta"]["result.role"] == "worker"
+    )
+
+
+def test_forked_map_fun_traceback_fails_the_job(coordinator):
+    roles = make_roles(2)
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(js := JobSpec(roles=roles, reservation_timeout_s=30))
+        spec = _spec(coordinator, d, job, js, _raises)
+        nodes = [start_node(spec, i) for i in range(2)]
+        ends = []
+        for n in nodes:
+            try:
+                ends.append(n.wait(WAIT_S).state)
+            except RequestRejected as e:  # the first failure ended the job before this one's cluster came
+                ends.append(e.code)
+        status = d.await_job(job, WAIT_S, raise_on_failure=False)
+    assert FAILED in ends
+    assert status["state"] == "FAILED" and "ValueError: bad input on worker:" in status["error"]
