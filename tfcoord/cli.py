@@ -83,6 +83,10 @@ class ServeConfig:
     #: Finished jobs kept (see ``coordinator.state.KEEP_FINISHED_JOBS``): how many, how long.
     keep_finished_jobs: int = KEEP_FINISHED_JOBS
     keep_finished_s: float = KEEP_FINISHED_S
+    #: Connection caps, checked against RLIMIT_NOFILE (``server.connection_budget``).
+    max_connections: int = 20_000
+    max_unauthenticated: int = 4096
+    http_max_connections: int = 256
 
 
 @dataclass(frozen=True)
@@ -242,6 +246,8 @@ async def _serve(cfg: ServeConfig) -> None:
             ssl_context=cfg.ssl_context,
             keep_finished_jobs=cfg.keep_finished_jobs,
             keep_finished_s=cfg.keep_finished_s,
+            max_connections=cfg.max_connections,
+            max_unauthenticated=cfg.max_unauthenticated,
         ),
         journal,
     )
@@ -272,8 +278,9 @@ async def _serve(cfg: ServeConfig) -> None:
             assert cfg.http_token is not None
             try:
                 http_runner, http_port = await start_http(
-                    server, cfg.http_host, cfg.http_port, cfg.http_token, cfg.ssl_context
-                )
+                    server, cfg.http_host, cfg.http_port, cfg.http_token, cfg.ssl_context,
+                    max_connections=cfg.http_max_connections,
+                )  # fmt: skip
             except OSError as e:  # the port is taken, or the host is not ours
                 raise UsageError(f"cannot serve HTTP on {cfg.http_host}:{cfg.http_port}: {e}; "
                                  "the coordinator did not start") from None  # fmt: skip
@@ -349,6 +356,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.http_port is not None and not args.http_token_file:
         raise UsageError("--http-port needs --http-token-file: the API and dashboard require a bearer "
                          "token (the file is created, mode 600, if missing)")  # fmt: skip
+    from tfcoord.coordinator.server import BudgetError, connection_budget
+
+    http_max = args.http_max_connections if args.http_port is not None else 0
+    try:
+        max_connections = connection_budget(args.max_connections, args.max_unauthenticated, http_max)
+    except BudgetError as e:
+        raise UsageError(str(e)) from None
     secret_file = args.secret_file or os.environ.get(SECRET_FILE_ENV)
     secret = _secret_from(secret_file, create=True)
     http_token = None
@@ -363,6 +377,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         notify_socket=os.environ.get(NOTIFY_SOCKET_ENV) or None, ssl_context=_server_tls(args),
         mesos=_serve_mesos(args), advertise_host=args.advertise_host,
         keep_finished_jobs=args.keep_finished_jobs, keep_finished_s=args.keep_finished_days * 86400.0,
+        max_connections=max_connections, max_unauthenticated=args.max_unauthenticated,
+        http_max_connections=args.http_max_connections,
     )  # fmt: skip
     try:
         asyncio.run(_serve(cfg))
@@ -661,6 +677,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--http-port-file", help="write the bound HTTP port here once listening")
     sp.add_argument("--http-token-file", help="bearer token for the HTTP API and dashboard "
                     "(created, mode 600, if missing; separate from the coordinator secret)")  # fmt: skip
+    sp.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="authenticated connections (nodes, drivers) at once (default: 20000, or what "
+        "RLIMIT_NOFILE leaves; a number that does not fit is refused)",
+    )
+    sp.add_argument(
+        "--max-unauthenticated",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="connections still in their handshake at once, a budget apart from nodes'",
+    )
+    sp.add_argument("--http-max-connections", type=int, default=256, metavar="N",
+                    help="HTTP API connections at once (beyond: 503)")  # fmt: skip
     sp.add_argument("--tls-cert", help="serve TLS (TCP protocol and HTTP API) with this PEM certificate")
     sp.add_argument("--tls-key", help="the certificate's PEM private key (mode 600)")
     sp.add_argument("--tls-ca", help="mutual TLS: clients must present a certificate signed by this CA")

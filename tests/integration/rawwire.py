@@ -21,8 +21,10 @@ READ_TIMEOUT_S = 10.0
 class Raw:
     """One hand-driven connection: the challenge is read on construction."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
-        self.sock = socket.create_connection((host, port), timeout=READ_TIMEOUT_S)
+    def __init__(self, port: int, host: str = "127.0.0.1", source: str | None = None) -> None:
+        self.sock = socket.create_connection(
+            (host, port), timeout=READ_TIMEOUT_S, source_address=(source, 0) if source else None
+        )
         self.conn = Connection()
         challenge = self.next()
         assert isinstance(challenge, m.Challenge), challenge

@@ -154,6 +154,9 @@ def test_healthz_and_the_page_need_no_token_and_everything_else_does(http_coord)
     coord, base = http_coord
     health = fetch(base, "/healthz", token=None)
     assert health.status == 200
+    # Attack 11: without a token the probe discloses nothing (no job count, no version).
+    assert conforms(health, "/healthz") == {"status": "ok"}
+    health = fetch(base, "/healthz")
     assert conforms(health, "/healthz") == {"status": "ok", "jobs": 0, "version": health.json["version"]}
 
     for path in ("/", "/dashboard"):

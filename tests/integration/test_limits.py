@@ -184,7 +184,7 @@ def test_a_peer_that_does_not_read_its_replies_is_not_read_either(coord):
 def test_a_client_refused_for_the_connection_limit_backs_off_and_gets_in():
     """Before: the refusal was a protocol error, raised at once; a full coordinator is busy, not broken."""
     with EmbeddedCoordinator(max_connections=1) as coord:
-        held = Raw(coord.port)
+        held = Raw(coord.port).login(coord.secret, "driver")  # the one authenticated slot
         got_in: list[dict] = []
 
         def connect() -> None:
@@ -203,3 +203,85 @@ def test_a_wrong_hello_proof_still_gets_its_own_error_before_any_limit(coord):
     raw = Raw(coord.port)
     raw.send(raw.hello(auth.new_secret(), "driver"))
     assert [r.code for r in raw.until_closed()] == ["auth_failed"]  # type: ignore[attr-defined]
+
+
+# -- budgets before authentication (issue 16, attacks 5 and 6) -----------------------------
+
+
+def test_an_unauthenticated_peer_may_not_announce_more_than_a_hello(coord):
+    """Attack 5: before the handshake the frame limit was the 8 MiB post-handshake one, so
+    16 strangers could pin 128 MiB until their deadline. Now a few KiB, refused unread."""
+    from tfcoord.coordinator.server import PRE_AUTH_MAX_FRAME_BYTES
+
+    raw = Raw(coord.port)
+    raw.sock.sendall(struct.pack(">I", 8 * 1024 * 1024) + b"\x80" * 1024)
+    [err] = raw.until_closed()
+    assert err.code == "protocol_error" and f"{PRE_AUTH_MAX_FRAME_BYTES}-byte limit" in err.message  # type: ignore[attr-defined]
+    # After the handshake the full limit applies: a large (valid) frame is read.
+    with DriverClient(coord.address, coord.secret) as d:
+        job = d.submit(
+            JobSpec(roles=make_roles(1), name="n" * 1000, labels={f"k{i}": "v" * 1000 for i in range(32)})
+        )
+        assert d.status(job)["name"] == "n" * 1000
+    _driver_works(coord)
+
+
+def _refusal(port: int, source: str) -> m.Error:
+    """Connect from ``source`` and read what the coordinator says before it hangs up."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    with sock:
+        conn = Connection()
+        while data := sock.recv(65536):
+            conn.receive_data(data)
+        conn.receive_data(b"")
+        err = conn.next_event()
+    assert isinstance(err, m.Error), err
+    return err
+
+
+def test_idle_strangers_fill_their_own_budget_never_the_one_of_nodes_and_drivers():
+    """Attack 6: cap-many idle unauthenticated sockets refused legitimate nodes and drivers.
+    Now strangers are held to their own budget, per source: a driver already connected
+    keeps working, and a new one from another host gets in."""
+    with EmbeddedCoordinator(
+        max_connections=4, max_unauthenticated=16, max_unauthenticated_per_source=8
+    ) as coord:
+        with DriverClient(coord.address, coord.secret) as before:
+            idle = [Raw(coord.port, source="127.0.0.2") for _ in range(8)]
+            err = _refusal(coord.port, "127.0.0.2")
+            assert (
+                err.code == "too_many_connections" and "from 127.0.0.2 are in their handshake" in err.message
+            )
+            assert coord.call(lambda: (coord.server.authenticated, coord.server.unauthenticated)) == (1, 8)
+            assert "jobs" in before.status()
+            with DriverClient(coord.address, coord.secret, connect_deadline_s=5) as d:
+                job = d.submit(JobSpec(roles=make_roles(1)))
+                assert d.status(job)["state"] == "SUBMITTED"
+            for r in idle:
+                r.close()
+        wait_until(lambda: coord.call(lambda: coord.server.unauthenticated) == 0, what="the strangers to go")
+
+
+def test_one_source_cannot_take_the_whole_unauthenticated_budget():
+    with EmbeddedCoordinator(max_unauthenticated=100, max_unauthenticated_per_source=3) as coord:
+        idle = [Raw(coord.port) for _ in range(3)]
+        err = _refusal(coord.port, "127.0.0.1")
+        assert "connections from 127.0.0.1 are in their handshake" in err.message
+        assert coord.call(lambda: coord.server.unauthenticated_from) == {"127.0.0.1": 3}
+        for r in idle:
+            r.close()
+        _driver_works(coord)
+
+
+def test_the_connection_caps_are_checked_against_the_descriptor_limit():
+    from tfcoord.coordinator.server import RESERVED_FDS, BudgetError, connection_budget
+
+    assert connection_budget(None, 100, 50, limit=1024) == 1024 - RESERVED_FDS - 150
+    assert connection_budget(None, 100, 50, limit=10**6) == 20_000
+    assert connection_budget(500, 100, 50, limit=1024) == 500
+    with pytest.raises(
+        BudgetError, match=r"--max-connections 20000 does not fit the descriptor limit \(RLIMIT_NOFILE 1024\)"
+    ):
+        connection_budget(20_000, 100, 50, limit=1024)
+    with pytest.raises(BudgetError, match="raise the limit"):
+        connection_budget(None, 4096, 256, limit=1024)

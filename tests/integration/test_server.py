@@ -108,9 +108,17 @@ def test_duplicate_registration_is_refused_and_retry_supersedes(coordinator):
         assert e.value.code == "duplicate" and "already held by worker:0" in e.value.message
         # the same registration again (a reconnect) gets the same answer
         assert a.register("10.0.0.1", 5000)["role"] == "worker"
-        # a Spark task retry: attempt 1 supersedes attempt 0 while reserving
+        # a live, heartbeating holder cannot be displaced by a higher attempt
         retry = _node(coordinator, d, job, 0, attempt=1)
+        with pytest.raises(RequestRejected) as e:
+            retry.register("10.0.0.3", 5001)
+        assert e.value.code == "slot_held"
+        # a Spark task retry: once attempt 0's process is gone, attempt 1 supersedes it
+        a.close()
+        wait_until(lambda: coordinator.call(lambda: coordinator.server.state.jobs[job].slots[0].node.conn) is None,
+                   what="the coordinator to see attempt 0's connection close")  # fmt: skip
         assert retry.register("10.0.0.3", 5001)["index"] == 0
+        a = _node(coordinator, d, job, 0)
         with pytest.raises(RequestRejected) as e:
             a.report("running")
         assert e.value.code == "stale_attempt"
@@ -200,7 +208,7 @@ def _read_until_closed(sock: socket.socket) -> list[m.Message]:
     ("payload", "expect"),
     [
         (b"\x00\x00\x00\x05garbage", "undecodable frame"),
-        (struct.pack(">I", 1 << 30), "exceeds the 8388608-byte limit"),
+        (struct.pack(">I", 1 << 30), "exceeds the 4096-byte limit"),  # before the handshake: a hello's worth
         (struct.pack(">I", 3) + msgpack.packb([1, 2]), "must hold a map"),
         (struct.pack(">I", 9) + msgpack.packb({"op": "nope"}), "unknown op"),
         (Connection().send(m.Status(id=1)), "first message must be hello"),
@@ -292,12 +300,13 @@ def test_handshake_timeout_cuts_off_silent_clients():
 
 def test_max_connections_refuses_the_extra_one():
     with EmbeddedCoordinator(max_connections=2) as coord:
-        held = [_raw(coord)[0] for _ in range(2)]
-        sock = socket.create_connection(("127.0.0.1", coord.port), timeout=10)
-        replies = _read_until_closed(sock)
-        assert replies[0].code == "too_many_connections"
-        for s in held:
-            s.close()
+        held = [Raw(coord.port).login(coord.secret, "driver") for _ in range(2)]
+        extra = Raw(coord.port)  # the handshake has a budget of its own...
+        extra.send(extra.hello(coord.secret, "driver"))
+        replies = extra.until_closed()  # ...the authenticated one is full
+        assert replies[0].code == "too_many_connections"  # type: ignore[attr-defined]
+        for r in held:
+            r.close()
 
 
 def test_node_in_a_subprocess(coordinator):

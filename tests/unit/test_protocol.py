@@ -786,6 +786,51 @@ def test_read_secret_strips_whitespace_and_refuses_short_secrets(tmp_path: Any) 
     path = tmp_path / "secret"
     auth.write_secret(path, b"  " + SECRET + b"\n\n")
     assert auth.read_secret(path) == SECRET
+    path.unlink()
     auth.write_secret(path, b"x" * (auth.MIN_SECRET_BYTES - 1) + b"   ")
     with pytest.raises(ValueError, match="is 15 bytes; use at least 16"):
         auth.read_secret(path)
+
+
+# -- key files (issue 16, attack 10) --------------------------------------------------------
+
+
+def test_a_secret_file_of_another_user_is_refused(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a 0600 secret owned by someone else was accepted, so its owner chose our secret."""
+    path = tmp_path / "secret"
+    auth.write_secret(path, SECRET)
+    owner = os.stat(path).st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # as seen by another user (root reads all)
+    with pytest.raises(ValueError, match=rf"belongs to uid {owner}, not to this user \(uid {owner + 1}\)"):
+        auth.read_secret(path)
+
+
+def test_creating_a_secret_never_follows_a_symlink(tmp_path: Any) -> None:
+    """Before: a dangling symlink at the secret's path made us write the secret at its target."""
+    target = tmp_path / "elsewhere" / "planted"
+    target.parent.mkdir()
+    link = tmp_path / "secret"
+    link.symlink_to(target)
+    with pytest.raises(FileExistsError):
+        auth.write_secret(link)
+    assert not target.exists()
+
+
+def test_the_journal_is_owner_only_inside_an_open_state_dir(tmp_path: Any) -> None:
+    """Before: the journal (tracebacks, host names) was created 0644 in an existing 0755 dir."""
+    from tfcoord.coordinator.journal import FILENAME, SqliteJournal
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    old = os.umask(0o022)
+    try:
+        journal = SqliteJournal(state)
+        journal.set_meta("probe", "1")
+        journal.commit()
+        made = sorted(p.name for p in state.iterdir())
+        assert FILENAME in made
+        for name in made:
+            assert os.stat(state / name).st_mode & 0o777 == 0o600, name
+        journal.close()
+    finally:
+        os.umask(old)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tfcoord.client import messages as m
+from tfcoord.client import protocol
 from tfcoord.client.messages import JobSpec
 from tfcoord.client.protocol import decode_spec
 from tfcoord.coordinator import state as s
@@ -458,7 +459,8 @@ def test_a_newer_attempt_supersedes_the_old_one_while_reserving(h: Harness) -> N
     h.register(0, host="old", task_id="1.0.0")
     old_cluster, old_stop = h.await_cluster(0), h.await_stop(0)
 
-    new = h.register(0, attempt=1, host="new", task_id="1.0.1", now=T0 + 1)
+    # The old attempt hung: still connected, but silent for its whole heartbeat timeout.
+    new = h.register(0, attempt=1, host="new", task_id="1.0.1", now=T0 + 30)
     assert (new.result["role"], new.result["index"]) == ("worker", 0)
     assert old_cluster.error.code == "stale_attempt"
     assert (
@@ -528,26 +530,37 @@ def test_two_nodes_on_one_host_cannot_claim_the_same_gpu(h: Harness) -> None:
     h.submit(job="a")
     h.submit(job="b")
     h.register(0, job="a", host="gpuhost", gpus=("GPU-0", "GPU-1"))
-    for eid, job in ((0, "b"), (1, "a")):  # across jobs and within one
-        err = h.register(eid, job=job, host="gpuhost", gpus=("GPU-1",)).error
-        assert err.code == "gpu_conflict"
-        assert "GPU GPU-1 on host gpuhost is already claimed by executor 0 of job a" in err.message
+    err = h.register(1, job="a", host="gpuhost", gpus=("GPU-1",)).error
+    assert err.code == "gpu_conflict"
+    assert "GPU GPU-1 on host gpuhost is already claimed by executor 0 of this job" in err.message
     assert h.register(0, job="b", host="otherhost", gpus=("GPU-1",)).result  # another host: fine
     assert h.register(1, job="a", host="gpuhost", gpus=("GPU-2",)).result  # another GPU: fine
     h.submit(job="c")  # a newer attempt of the same slot takes over its own GPUs
     assert h.register(0, job="c", attempt=1, host="x", gpus=("GPU-7",)).result
+    h.disconnect(node_conn(0, 1))
     assert h.register(0, job="c", attempt=2, host="x", gpus=("GPU-7",)).result
 
 
 def test_a_gpu_is_free_again_once_its_node_is_terminal(h: Harness) -> None:
-    one = spec(("worker", 1))
-    h.submit(one, job="a")
-    h.submit(one, job="b")
-    h.register(0, job="a", host="g", gpus=("GPU-0",))
-    assert h.register(0, job="b", host="g", gpus=("GPU-0",)).error.code == "gpu_conflict"
-    h.report(0, "failed", job="a", error="CUDA out of memory")
-    assert h.job("a").state is J.FAILED
-    assert h.register(0, job="b", host="g", gpus=("GPU-0",)).result["role"] == "worker"
+    h.submit(spec(("ps", 1), ("worker", 1), reservation_timeout_s=60.0, reconnect_grace_s=1.0))
+    h.register(0, host="g", gpus=("GPU-0",))
+    assert h.register(1, host="g", gpus=("GPU-0",)).error.code == "gpu_conflict"
+    h.disconnect(node_conn(0))
+    h.now += 2
+    h.tick()  # lost while reserving: its slot and its GPU are free again
+    assert h.job().slots[0].node is None
+    assert h.register(1, host="g", gpus=("GPU-0",)).result["role"] == "worker"
+
+
+def test_gpu_claims_of_one_job_never_refuse_or_name_another_job(h: Harness) -> None:
+    """Attack 3: GPU ids are self-reported, so a node of job a claiming every GPU of a host
+    must not fail job b's nodes on that host, nor tell them about job a."""
+    h.submit(job="a")
+    h.submit(job="b")
+    h.register(0, job="a", host="gpuhost", gpus=tuple(f"GPU-{i}" for i in range(8)))
+    ok = h.register(0, job="b", host="gpuhost", gpus=("GPU-1",))
+    assert ok.result["job"] == "b"
+    h.state.validate()
 
 
 # -- reports ------------------------------------------------------------------------------
@@ -1132,6 +1145,7 @@ STATUS_KEYS = {
     "nodes",
     "history",
     "events",
+    "events_dropped",
     "cluster",
 }
 NODE_KEYS = {
@@ -1282,6 +1296,7 @@ def scenario_failed(h: Harness, job: str = "j") -> None:
 def scenario_superseded(h: Harness, job: str = "j") -> None:
     h.submit(TWO_WORKERS, job)
     h.register(0, job, host="first", task_id="0.0.0")
+    h.disconnect(node_conn(0))  # the first attempt's process died
     h.register(0, job, attempt=1, host="retry", task_id="0.0.1")
     h.register(1, job)
     h.report(0, job=job, attempt=1)
@@ -1768,3 +1783,86 @@ def test_an_engine_failure_fails_the_job_once(h: Harness) -> None:
     assert waiter.result["state"] == "FAILED"
     assert h.handle(s.EngineJobFailed(now=h.now, job="j", reason="again")) == []
     assert h.job().error == "the Mesos master refused our credentials"
+
+
+# -- bounds and authority (issue 16) --------------------------------------------------------
+
+
+def test_a_live_heartbeating_holder_cannot_be_displaced(h: Harness) -> None:
+    """Attack 8: a second holder of the job token registering a higher attempt over a
+    connected, heartbeating node would rewrite the cluster spec every worker receives."""
+    h.submit()
+    h.register(0, host="10.0.0.1")
+    h.now += 5
+    h.heartbeat(0)
+    err = h.register(0, attempt=7, host="203.0.113.66", conn=4242).error
+    assert err.code == "slot_held" and "connected and heartbeating" in err.message
+    h.register(1)
+    spec_ = decode_spec(h.await_cluster(0).cluster.spec)
+    assert spec_ == {"worker": ["10.0.0.1:2000", "host1:2001"]}
+    # Once the holder's connection is gone, a retry may take the slot (a Spark task retry).
+    h2 = Harness()
+    h2.submit()
+    h2.register(0, host="10.0.0.1")
+    h2.disconnect(node_conn(0))
+    assert h2.register(0, attempt=1, host="10.0.0.9").result["index"] == 0
+
+
+def test_attempts_history_and_timeline_of_a_slot_are_bounded(h: Harness) -> None:
+    """Attack 2: re-registering a slot in a loop with full-size fields grew the job's
+    history, timeline and journal without bound, until its status no longer fit a frame."""
+    h.submit()
+    big = "x" * m.MAX_TEXT_LEN
+    refused = 0
+    for attempt in range(300):
+        call = h.register(0, attempt=attempt, host=f"h{attempt}", task_id=big)
+        if isinstance(call.msg, m.Error):
+            assert call.msg.code == "too_many_attempts", call.msg
+            refused += 1
+        else:
+            h.disconnect(node_conn(0, attempt))
+    assert refused == 300 - s.MAX_ATTEMPTS_PER_SLOT
+    slot = h.job().slots[0]
+    assert len(slot.history) == s.MAX_HISTORY_PER_SLOT
+    assert slot.node is not None and slot.node.attempt == s.MAX_ATTEMPTS_PER_SLOT - 1
+    assert len(h.job().events) <= s.TIMELINE_BASE + s.TIMELINE_PER_SLOT * 2
+    assert len(protocol.pack(h.status())) < 128 * 1024
+    journaled = sum(1 for ev in h.journal if isinstance(ev, s.RegisterNode))
+    assert journaled == s.MAX_ATTEMPTS_PER_SLOT
+    h.state.validate()
+
+
+def test_the_timeline_drops_its_oldest_lines_and_counts_them(h: Harness) -> None:
+    h.submit(spec(("worker", 1), reservation_timeout_s=60.0, heartbeat_timeout_s=5.0))
+    for i in range(2000):
+        h.handle(s.EngineTaskUpdate(now=h.now, job="j", executor_id=0, task_id="t", state=f"S{i}"))
+    job = h.job()
+    assert len(job.events) <= s.TIMELINE_BASE + s.TIMELINE_PER_SLOT
+    assert job.events_dropped + len(job.events) == 2001
+    assert job.events[-1][1].endswith("S1999")
+
+
+def test_merged_node_metadata_is_bounded(h: Harness) -> None:
+    h.form()
+    for i in range(100):
+        meta = {f"k{i}-{j}": "v" * 1000 for j in range(m.MAX_META_ENTRIES)}
+        h.heartbeat(0, meta=meta)
+    meta = h.node(0).meta
+    assert len(meta) <= m.MAX_META_ENTRIES and s._meta_chars(meta) <= s.MAX_META_CHARS
+    assert "k99-31" in meta  # the newest keys stay
+    h.state.validate()
+
+
+def test_removed_waits_leave_the_timer_heap(h: Harness) -> None:
+    """Attack 4: waits removed on disconnect kept their heap entries until their deadline
+    (7 days for await_stop): 200 rounds of connect, wait, disconnect left 12,600 entries."""
+    h.form()
+    for round_ in range(200):
+        conn = 50_000 + round_
+        for i in range(63):
+            h.handle(s.AwaitJobEvent(now=h.now, req=m.AwaitJob(id=i + 1, job="j", timeout_s=7 * 86400.0),
+                                     waiter=(conn, i + 1)))  # fmt: skip
+        h.disconnect(conn)
+    assert len(h.state._waits) == 0
+    assert len(h.state._timers) <= 2 * s.STALE_TIMER_SLACK + 16
+    h.state.validate()

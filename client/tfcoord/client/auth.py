@@ -51,17 +51,29 @@ def verify(expected: bytes, given: bytes) -> bool:
 def read_secret(path: str | os.PathLike[str], *, check_mode: bool = True) -> bytes:
     """Read a secret file: its content with surrounding whitespace stripped.
 
+    The checks look at the file actually opened (``fstat`` of the open descriptor), so a
+    file swapped in between a check and the read is still checked.
+
     Raises:
-        ValueError: the file is readable by group or others, or the secret is too short.
+        ValueError: the file is readable by group or others, belongs to another user, or
+            the secret is too short.
     """
-    if check_mode and os.name == "posix":
-        mode = os.stat(path).st_mode
-        if mode & 0o077:
-            raise ValueError(
-                f"secret file {path} is readable by other users (mode {mode & 0o777:o}); "
-                f"run: chmod 600 {path}"
-            )
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        if check_mode and os.name == "posix":
+            st = os.fstat(fd)
+            if st.st_mode & 0o077:
+                raise ValueError(
+                    f"secret file {path} is readable by other users (mode {st.st_mode & 0o777:o}); "
+                    f"run: chmod 600 {path}"
+                )
+            # A file of another user's is theirs to change (root reads anyone's 0600 file):
+            # whoever owns it decides this coordinator's secret.
+            if st.st_uid != os.geteuid():
+                raise ValueError(
+                    f"secret file {path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}); "
+                    f"use a secret file of your own, or run: chown {os.geteuid()} {path}"
+                )
         secret = f.read().strip()
     if len(secret) < MIN_SECRET_BYTES:
         raise ValueError(
@@ -72,10 +84,19 @@ def read_secret(path: str | os.PathLike[str], *, check_mode: bool = True) -> byt
 
 
 def write_secret(path: str | os.PathLike[str], secret: bytes | None = None) -> bytes:
-    """Create a secret file readable by its owner only; returns the secret."""
+    """Create a new secret file readable by its owner only; returns the secret.
+
+    The file must not exist yet, not even as a dangling symbolic link: following one
+    would write the secret wherever the link points (another user's file, a world-readable
+    directory).
+
+    Raises:
+        FileExistsError: something already has this name.
+    """
     secret = secret or new_secret()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
     with os.fdopen(fd, "wb") as f:
+        os.fchmod(fd, 0o600)  # whatever the umask
         f.write(secret + b"\n")
-    os.chmod(path, 0o600)
     return secret

@@ -112,11 +112,12 @@ class EmbeddedCoordinator:
         self._loop.call_soon_threadsafe(go)
         return fut.result(timeout=START_TIMEOUT_S)
 
-    def start_http(self, token: bytes, host: str = "127.0.0.1", port: int = 0) -> int:
+    def start_http(self, token: bytes, host: str = "127.0.0.1", port: int = 0, **limits: Any) -> int:
         """Serve the HTTP API and dashboard on this coordinator's loop; returns the bound port.
 
         With TLS configured (``ssl_context=``), the HTTP API is served over the same context.
-        A second call with the same arguments returns the same port.
+        A second call with the same arguments returns the same port. ``limits`` are
+        ``max_connections`` and ``keepalive_timeout_s`` of :func:`tfcoord.coordinator.http.start_http`.
 
         Raises:
             ValueError: the HTTP API already serves with another token, host or port; one
@@ -141,7 +142,7 @@ class EmbeddedCoordinator:
                 )
             return self.http_port
         self._http_runner, self.http_port = asyncio.run_coroutine_threadsafe(
-            start_http(self.server, host, port, token, self._config.ssl_context), self._loop
+            start_http(self.server, host, port, token, self._config.ssl_context, **limits), self._loop
         ).result(timeout=START_TIMEOUT_S)
         self._http_served = (token, host)
         return self.http_port

@@ -8,7 +8,8 @@ coordinator secret: holding it lets you look, never act.
 
 Routes (``openapi.json`` beside this file describes them; a test keeps the two equal):
 
-- ``/healthz``: no authentication, for load balancers and systemd watchdogs.
+- ``/healthz``: no authentication, for load balancers and systemd watchdogs; it says
+  only ``ok`` unless the request carries the token (then also the job count and version).
 - ``/`` and ``/dashboard``: the dashboard page, static and holding no data or
   credentials, so it needs no token to load; its own API calls send the token.
 - ``/v1/...`` (jobs, one job, its events, the OpenAPI document) and ``/metrics``:
@@ -21,6 +22,7 @@ answered as a JSON 500 without a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -30,22 +32,25 @@ import math
 import re
 import ssl
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web_protocol import RequestHandler
 
 from tfcoord.client import __version__, auth
 from tfcoord.client import messages as m
 
 from . import state as s
+from .logsafe import protect
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import CoordinatorMetrics
 from .server import CoordinatorServer
 
-log = logging.getLogger("tfcoord.coordinator.http")
+log = protect(logging.getLogger("tfcoord.coordinator.http"))
 
 _HERE = Path(__file__).parent
 OPENAPI_PATH = _HERE / "openapi.json"
@@ -63,6 +68,14 @@ STATUS_CACHE_S = 1.0
 SHUTDOWN_TIMEOUT_S = 5.0
 #: Requests here are GETs without a body; refuse anything bigger than a small form.
 MAX_REQUEST_BODY_BYTES = 64 * 1024
+#: An HTTP connection must send a complete request within this of connecting or of its
+#: previous answer, else it is closed (aiohttp's own default is an hour: 1,100 idle
+#: sockets then held every descriptor the coordinator had). Dashboards poll every few
+#: seconds and so keep their connection; a probe reconnects in a millisecond.
+KEEPALIVE_TIMEOUT_S = 15.0
+#: HTTP connections served at once, apart from the node port's budget: a few dashboards,
+#: Prometheus and probes need tens. Beyond it a connection is answered 503 and closed.
+DEFAULT_MAX_HTTP_CONNECTIONS = 256
 
 _JOB_STATES = {st.value for st in s.JobState}
 
@@ -142,6 +155,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except Exception:
         log.exception("HTTP %s %s failed", request.method, request.path)
         return _error(500, "internal_error", "the coordinator failed to answer this request; see its log")
+
+
+def _bearer_ok(request: web.Request, token: bytes) -> bool:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8", "replace"), token)
 
 
 def _auth_middleware(token: bytes, metrics: CoordinatorMetrics) -> Any:
@@ -228,8 +246,9 @@ def _node_view(node: dict[str, Any]) -> dict[str, Any]:
 class _Api:
     """The handlers, over one server; every one runs on the server's loop."""
 
-    def __init__(self, server: CoordinatorServer, metrics: CoordinatorMetrics) -> None:
+    def __init__(self, server: CoordinatorServer, metrics: CoordinatorMetrics, token: bytes) -> None:
         self.server = server
+        self._token = token
         self.metrics = metrics
         self._status_cache: dict[str, tuple[int, float, bytes]] = {}
         self._openapi = OPENAPI_PATH.read_bytes()
@@ -237,6 +256,10 @@ class _Api:
         self._dashboard_headers = _page_headers(self._dashboard.decode())
 
     async def healthz(self, request: web.Request) -> web.Response:
+        # Anyone may ask whether the coordinator is up; only a token holder learns more
+        # (how busy it is, which version to aim an exploit at).
+        if not _bearer_ok(request, self._token):
+            return _json({"status": "ok"})
         return _json({"status": "ok", "jobs": len(self.server.state.jobs), "version": __version__})
 
     async def dashboard(self, request: web.Request) -> web.Response:
@@ -297,10 +320,15 @@ class _Api:
                 )
             since = int(q["since"])
         job = _job(self.server, job_id)
+        # The timeline is bounded: its oldest lines go first, and sequence numbers stay put.
+        base = job.events_dropped
+        start = max(since, base)
         events = [
-            {"seq": i, "time": t, "text": text} for i, (t, text) in enumerate(job.events[since:], since)
+            {"seq": i, "time": t, "text": text}
+            for i, (t, text) in enumerate(job.events[start - base :], start)
         ]
-        return _json({"job": job.id, "state": job.state.value, "events": events, "next": len(job.events)})
+        return _json({"job": job.id, "state": job.state.value, "events": events,
+                      "next": base + len(job.events)})  # fmt: skip
 
 
 def _csp_hashes(html: str, tag: str) -> str:
@@ -338,7 +366,7 @@ def make_app(server: CoordinatorServer, token: bytes) -> web.Application:
     if len(token) < auth.MIN_SECRET_BYTES:
         raise ValueError(f"the HTTP bearer token must be at least {auth.MIN_SECRET_BYTES} bytes")
     metrics = CoordinatorMetrics(server)
-    api = _Api(server, metrics)
+    api = _Api(server, metrics, token)
     app = web.Application(
         middlewares=[_errors, _auth_middleware(token, metrics)], client_max_size=MAX_REQUEST_BODY_BYTES
     )
@@ -364,19 +392,96 @@ def make_app(server: CoordinatorServer, token: bytes) -> web.Application:
     return app
 
 
+class _Busy(asyncio.Protocol):
+    """What a connection over the HTTP cap gets: a 503 and a close, costing no handler."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                        b"Connection: close\r\nContent-Length: 85\r\n\r\n"
+                        b'{"error":"too_many_connections","message":"too many HTTP connections; retry later"}\n')  # fmt: skip
+        transport.close()
+
+
+class _CountedHandler(RequestHandler):
+    """aiohttp's handler, counted from creation to loss (see :class:`_CappedSite`)."""
+
+    __slots__ = ("__weakref__", "lost")
+
+    def __init__(self, manager: web.Server, **kw: Any) -> None:
+        super().__init__(manager, **kw)
+        self.lost = False
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.lost = True
+        super().connection_lost(exc)
+
+
+class _CappedSite(web.TCPSite):
+    """A TCP site that serves at most ``max_connections`` HTTP connections at once.
+
+    Counted from when the protocol is created, not from ``connection_made``: asyncio
+    accepts a whole backlog before it runs any ``connection_made``, so a count taken there
+    lets a burst of connections past the cap. A handler whose TLS handshake failed never
+    sees ``connection_made`` nor ``connection_lost``; it leaves the (weak) set when it is
+    freed, so such failures cannot wear the cap down.
+    """
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, max_connections: int, **kw: Any) -> None:
+        super().__init__(runner, host, port, **kw)
+        self.max_connections = max_connections
+        self._handlers: weakref.WeakSet[_CountedHandler] = weakref.WeakSet()
+        self.refused = 0
+
+    @property
+    def open(self) -> int:
+        """HTTP connections accepted and not yet lost."""
+        return sum(1 for h in self._handlers if not h.lost)
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+        # What web.Server.__call__ passes to its handlers (keep-alive and parser limits).
+        handler_kw = dict(getattr(server, "_kwargs", {}))
+
+        def factory() -> asyncio.Protocol:
+            if self.open >= self.max_connections:
+                self.refused += 1
+                return _Busy()
+            handler = _CountedHandler(server, loop=loop, **handler_kw)
+            self._handlers.add(handler)
+            return handler
+
+        self._server = await loop.create_server(
+            factory, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
+            reuse_address=self._reuse_address,
+        )  # fmt: skip
+
+
 async def start_http(
-    server: CoordinatorServer, host: str, port: int, token: bytes, ssl_context: ssl.SSLContext | None = None
+    server: CoordinatorServer,
+    host: str,
+    port: int,
+    token: bytes,
+    ssl_context: ssl.SSLContext | None = None,
+    max_connections: int = DEFAULT_MAX_HTTP_CONNECTIONS,
+    keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
 ) -> tuple[web.AppRunner, int]:
     """Serve the HTTP API for ``server`` on the running loop; returns the runner and bound port.
 
-    Port 0 picks a free port. Stop it with ``await runner.cleanup()`` before closing the server.
+    Port 0 picks a free port. At most ``max_connections`` connections are served at once,
+    and each must send a whole request within ``keepalive_timeout_s``. Stop it with
+    ``await runner.cleanup()`` before closing the server.
     """
     runner = web.AppRunner(
-        make_app(server, token), access_log_class=_AccessLogger, shutdown_timeout=SHUTDOWN_TIMEOUT_S
-    )
+        make_app(server, token), access_log_class=_AccessLogger, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        keepalive_timeout=keepalive_timeout_s,
+    )  # fmt: skip
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
+        site = _CappedSite(runner, host, port, max_connections, ssl_context=ssl_context, reuse_address=True)
         await site.start()
     except BaseException:
         await runner.cleanup()

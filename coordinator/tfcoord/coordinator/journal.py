@@ -8,6 +8,7 @@ An embedded coordinator lives only as long as its driver, so it journals nothing
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -153,6 +154,20 @@ class SqliteJournal:
                 f"state directory {self.dir} is not empty and holds no tfcoord journal "
                 f"(found {', '.join(sorted(foreign)[:5])}); point --state-dir at an empty or tfcoord directory"
             )
+        # The journal holds tracebacks, host names and job specs: owner-only, whatever the
+        # umask or the directory's mode (an existing 0755 state dir). SQLite gives the -wal
+        # and -shm files the main file's mode, so creating it 0600 covers all three.
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            try:
+                os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
+            for extra in (wal, self.dir / f"{FILENAME}-shm"):
+                if extra.exists() and not extra.is_symlink():
+                    os.chmod(extra, 0o600)
+        except OSError as e:
+            raise StateDirError(f"cannot create the journal {self.path} (mode 600): {e}") from e
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, one commit per batch.
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:

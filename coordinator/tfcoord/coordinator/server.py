@@ -36,8 +36,9 @@ from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, ClusterR
 
 from . import state as s
 from .journal import Journal, MemoryJournal
+from .logsafe import protect
 
-log = logging.getLogger("tfcoord.coordinator")
+log = protect(logging.getLogger("tfcoord.coordinator"))
 
 #: A client must finish its hello within this; slow or silent peers cost a socket, no more.
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -53,9 +54,27 @@ IDLE_TIMEOUT_S = 600.0
 #: After an error frame, the peer gets this long to read it before the socket is torn
 #: down anyway: a peer that never reads must not keep a closing connection forever.
 CLOSE_LINGER_S = 5.0
-#: Each node keeps one connection; 20,000 covers the largest clusters we aim at while
-#: keeping file descriptors well under typical hard limits.
+#: Each node keeps one connection; 20,000 covers the largest clusters we aim at. The
+#: default is lowered to what the descriptor limit allows (see :func:`connection_budget`).
 DEFAULT_MAX_CONNECTIONS = 20_000
+#: Until a peer has proved itself it may send one hello, which is under 200 bytes: a
+#: frame announcing more is refused before a byte of it is buffered, so unauthenticated
+#: peers cannot make the coordinator hold megabytes each (the post-handshake limit).
+PRE_AUTH_MAX_FRAME_BYTES = 4 * 1024
+#: Connections that have not finished their handshake, apart from the authenticated
+#: ones: idle sockets of strangers fill this budget, never the one nodes and drivers use.
+#: Honest clients spend milliseconds here, so even a reconnect storm of 10,000 nodes
+#: (the load benchmark: 1,024 handshakes in flight) fits.
+DEFAULT_MAX_UNAUTHENTICATED = 4096
+#: Handshakes in flight from one source address: one host cannot take the whole
+#: unauthenticated budget (a host running many executors reconnects well under this).
+DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE = 1024
+#: Descriptors kept for everything but client connections: listeners, the journal and
+#: its WAL, logs, the Mesos framework's HTTP client, Python's own.
+RESERVED_FDS = 64
+#: Accept failures (EMFILE when descriptors run out) are logged at most once per this
+#: interval with a count: asyncio logs one per attempt, which was 780,000 lines in 90 s.
+ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 #: Outstanding requests per connection: a node needs ~3 (await_cluster, await_stop,
 #: heartbeat); a driver a few watches. More is a misbehaving client.
 MAX_PENDING_PER_CONNECTION = 64
@@ -70,7 +89,11 @@ class ServerConfig:
     secret: bytes
     host: str = "127.0.0.1"
     port: int = 0
+    #: Authenticated connections (nodes, drivers, admins).
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    #: Connections still in their handshake, in all and per source address.
+    max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED
+    max_unauthenticated_per_source: int = DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
     frame_timeout_s: float = FRAME_TIMEOUT_S
@@ -81,6 +104,79 @@ class ServerConfig:
     #: Finished jobs kept, by count and by age (see ``state.KEEP_FINISHED_JOBS``).
     keep_finished_jobs: int = s.KEEP_FINISHED_JOBS
     keep_finished_s: float = s.KEEP_FINISHED_S
+
+
+class BudgetError(ValueError):
+    """The connection caps cannot fit the process's descriptor limit; the message says what to do."""
+
+
+def fd_limit() -> int:
+    """The soft RLIMIT_NOFILE of this process (a large number where there is none)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 1 << 20
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def connection_budget(max_connections: int | None, max_unauthenticated: int, http_connections: int,
+                      limit: int | None = None) -> int:  # fmt: skip
+    """The authenticated-connection cap to serve with, checked against the descriptor limit.
+
+    Every connection costs a descriptor, and running out of them does not refuse the one
+    connection too many: it stops accept() for everyone, and asyncio then logs without
+    end. So the caps must add up to less than RLIMIT_NOFILE: ``max_connections`` None
+    takes what is left (at most :data:`DEFAULT_MAX_CONNECTIONS`); a number is checked.
+
+    Raises:
+        BudgetError: the caps do not fit; the message names the figures and the fix.
+    """
+    limit = fd_limit() if limit is None else limit
+    left = limit - RESERVED_FDS - max_unauthenticated - http_connections
+    fix = ("raise the limit (ulimit -n, or LimitNOFILE= in the systemd unit) or lower the caps "
+           "(--max-connections, --max-unauthenticated, --http-max-connections)")  # fmt: skip
+    if max_connections is None:
+        if left < 16:
+            raise BudgetError(f"the descriptor limit (RLIMIT_NOFILE {limit}) leaves {max(left, 0)} connections "
+                              f"after {max_unauthenticated} unauthenticated, {http_connections} HTTP and "
+                              f"{RESERVED_FDS} reserved; {fix}")  # fmt: skip
+        return min(DEFAULT_MAX_CONNECTIONS, left)
+    if max_connections < 1 or max_connections > left:
+        raise BudgetError(f"--max-connections {max_connections} does not fit the descriptor limit "
+                          f"(RLIMIT_NOFILE {limit}): {max_unauthenticated} unauthenticated, {http_connections} "
+                          f"HTTP and {RESERVED_FDS} reserved descriptors leave {max(left, 0)}; {fix}")  # fmt: skip
+    return max_connections
+
+
+class _AcceptErrorLog:
+    """The loop's exception handler, but failed accepts logged once per interval with a count."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._previous = loop.get_exception_handler()
+        self._last = -ACCEPT_ERROR_LOG_INTERVAL_S
+        self.suppressed = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", ""))
+        if message.startswith("socket.accept()") or (
+            "accept" in message and isinstance(context.get("exception"), OSError)
+        ):
+            now = time.monotonic()
+            if now - self._last < ACCEPT_ERROR_LOG_INTERVAL_S:
+                self.suppressed += 1
+                return
+            self._last = now
+            more = f" ({self.suppressed} more since the last such line)" if self.suppressed else ""
+            self.suppressed = 0
+            log.error("cannot accept connections: %s%s; out of file descriptors? see --max-connections",
+                      context.get("exception") or message, more)  # fmt: skip
+            return
+        if self._previous is not None:
+            self._previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
 
 
 class ServerObserver(Protocol):
@@ -103,7 +199,8 @@ class _Peer(asyncio.Protocol):
     def __init__(self, server: CoordinatorServer, conn_id: int) -> None:
         self.server = server
         self.id = conn_id
-        self.proto = Connection(server.config.max_frame_bytes)
+        # A hello's worth until the peer has proved itself (see ``authenticated``).
+        self.proto = Connection(min(PRE_AUTH_MAX_FRAME_BYTES, server.config.max_frame_bytes))
         self.transport: asyncio.Transport | None = None
         self.nonce = auth.new_nonce()
         self.role: str | None = None
@@ -111,6 +208,9 @@ class _Peer(asyncio.Protocol):
         self.pending = 0
         self.closing = False
         self.peername = "?"
+        self.source = "?"
+        #: Counted among the unauthenticated connections (until the handshake succeeds).
+        self._unauth = False
         self._loop = asyncio.get_running_loop()
         # Loop times (monotonic) the watchdog judges by.
         self._connected_at = 0.0
@@ -128,12 +228,20 @@ class _Peer(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peername = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.source = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         srv = self.server
-        if len(srv.peers) >= srv.config.max_connections:
+        cfg = srv.config
+        if srv.unauthenticated >= cfg.max_unauthenticated:
             srv.rejected_connections += 1
-            self.fail("too_many_connections", f"the coordinator holds its maximum of "
-                      f"{srv.config.max_connections} connections; try again later")  # fmt: skip
+            self.fail("too_many_connections", f"{cfg.max_unauthenticated} connections are in their "
+                      "handshake already; try again later")  # fmt: skip
             return
+        if srv.unauthenticated_from.get(self.source, 0) >= cfg.max_unauthenticated_per_source:
+            srv.rejected_connections += 1
+            self.fail("too_many_connections", f"{cfg.max_unauthenticated_per_source} connections from "
+                      f"{self.source} are in their handshake already; try again later")  # fmt: skip
+            return
+        self._count_unauth(+1)
         srv.peers[self.id] = self
         self.write(m.Challenge(version=m.PROTOCOL_VERSION, nonce=self.nonce))
         self._connected_at = self.idle_since = now = self._loop.time()
@@ -182,10 +290,13 @@ class _Peer(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self._unauth:
+            self._count_unauth(-1)
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
         if self.server.peers.pop(self.id, None) is not None and self.role is not None:
+            self.server.authenticated -= 1
             self.server.apply(s.Disconnected(now=time.time(), conn=self.id))
 
     # the watchdog: one timer per connection, armed for the earliest deadline that applies
@@ -231,8 +342,29 @@ class _Peer(asyncio.Protocol):
 
     # helpers
 
-    def authenticated(self, role: str, job: str | None) -> None:
+    def _count_unauth(self, delta: int) -> None:
+        srv = self.server
+        self._unauth = delta > 0
+        srv.unauthenticated += delta
+        left = srv.unauthenticated_from.get(self.source, 0) + delta
+        if left:
+            srv.unauthenticated_from[self.source] = left
+        else:
+            srv.unauthenticated_from.pop(self.source, None)
+
+    def authenticated(self, role: str, job: str | None) -> bool:
+        """Move this peer into the authenticated budget; False (and closed) if it is full."""
+        srv = self.server
+        self._count_unauth(-1)
+        if srv.authenticated >= srv.config.max_connections:
+            srv.rejected_connections += 1
+            self.fail("too_many_connections", f"the coordinator holds its maximum of "
+                      f"{srv.config.max_connections} connections; try again later")  # fmt: skip
+            return False
+        srv.authenticated += 1
         self.role, self.job = role, job
+        self.proto.max_frame_bytes = srv.config.max_frame_bytes
+        return True
 
     def write(self, msg: m.Message) -> None:
         if self.transport is None or self.closing:
@@ -301,6 +433,11 @@ class CoordinatorServer:
         self._timer_at: float | None = None
         self.rejected_frames = 0
         self.rejected_connections = 0
+        #: Connections by budget: authenticated, and still in their handshake (per source too).
+        self.authenticated = 0
+        self.unauthenticated = 0
+        self.unauthenticated_from: dict[str, int] = {}
+        self._accept_errors: _AcceptErrorLog | None = None
         self.auth_failures = 0
         #: Connections closed by the watchdog, by code (handshake, frame, idle timeout).
         self.timed_out: dict[str, int] = {}
@@ -338,6 +475,9 @@ class CoordinatorServer:
     async def start(self) -> tuple[str, int]:
         """Bind and listen; returns the bound (host, port). Port 0 picks a free one."""
         loop = asyncio.get_running_loop()
+        if not isinstance(loop.get_exception_handler(), _AcceptErrorLog):
+            self._accept_errors = _AcceptErrorLog(loop)
+            loop.set_exception_handler(self._accept_errors)
         tls = {"ssl": self.config.ssl_context, "ssl_handshake_timeout": self.config.handshake_timeout_s}
         self._server = await loop.create_server(
             self._new_peer, self.config.host, self.config.port,
@@ -424,7 +564,8 @@ class CoordinatorServer:
                       f"does not match {what}. Check the secret file (TFCOORD_SECRET_FILE)"
                       + (", and that the token belongs to this job" if msg.role == "node" else ""))  # fmt: skip
             return
-        peer.authenticated(msg.role, msg.job)
+        if not peer.authenticated(msg.role, msg.job):
+            return
         peer.write(m.Welcome(proof=auth.server_proof(key, msg.cnonce)))
 
     # -- effects ------------------------------------------------------------------------

@@ -104,6 +104,22 @@ KEEP_FINISHED_S = 7 * 24 * 3600.0
 #: A finished job is kept at least this long whatever the count, so its nodes and its
 #: driver can still ask about it while they wind down.
 FORGET_GRACE_S = 300.0
+#: What a node shows about itself (TensorBoard URL, progress figures) is a few hundred
+#: characters; its merged metadata is kept under this, oldest keys dropped first.
+MAX_META_CHARS = 8 * 1024
+#: Stale timer entries tolerated before the heap is compacted (see ``_compact_timers``).
+STALE_TIMER_SLACK = 256
+#: Earlier attempts a slot remembers (the newest ones): enough to tell a retry story, while
+#: a token holder re-registering in a loop cannot grow a job's status past one frame.
+MAX_HISTORY_PER_SLOT = 8
+#: Attempts that may take one slot while its job reserves. Spark retries a task 4 times
+#: and Mesos relaunches a few; far more is a loop (or an attacker), and each attempt is
+#: a journal record and a timeline line.
+MAX_ATTEMPTS_PER_SLOT = 32
+#: Timeline lines a job keeps: a few per slot (registered, ready, running, its end) plus
+#: room for the job's own; beyond it the oldest go (``Job.events_dropped`` counts them).
+TIMELINE_BASE = 256
+TIMELINE_PER_SLOT = 8
 
 
 class InvalidTransition(RuntimeError):
@@ -363,6 +379,8 @@ class Slot:
     history: list[Node] = field(default_factory=list)
     #: What the engine (Mesos) last said about this slot's task, if it runs one.
     task: EngineTask | None = None
+    #: Attempts that took this slot (see ``MAX_ATTEMPTS_PER_SLOT``).
+    attempts: int = 0
 
 
 @dataclass
@@ -387,6 +405,12 @@ class Job:
     #: The cluster spec, msgpack-encoded once when the job becomes READY.
     spec_blob: bytes | None = None
     events: list[tuple[float, str]] = field(default_factory=list)
+    #: Timeline lines dropped from the front of ``events`` (it is bounded): the sequence
+    #: number of ``events[0]``.
+    events_dropped: int = 0
+    #: Who submitted the job (an opaque digest of the driver's owner key); only that driver
+    #: (or an admin) may see or stop it, and the job's node token is bound to it.
+    owner: bytes = b""
 
     @property
     def terminal(self) -> bool:
@@ -436,6 +460,10 @@ def _same(a: Any, b: Any) -> bool:
     return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
 
 
+def _meta_chars(meta: Mapping[str, Any]) -> int:
+    return sum(len(k) + (len(v) if isinstance(v, str) else 8) for k, v in meta.items())
+
+
 def clip(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, keeping its start and its end (where a
     traceback says what went wrong) and saying how much was left out."""
@@ -472,10 +500,14 @@ class CoordinatorState:
         # Per connection, so a disconnect touches only what that connection held.
         self._waits_by_conn: dict[int, set[Waiter]] = {}
         self._nodes_by_conn: dict[int, set[tuple[str, int]]] = {}
-        # (host, gpu id) -> (job, executor id) for live nodes; two nodes on one host
-        # must never drive the same GPU.
-        self._gpu_owner: dict[tuple[str, str], tuple[str, int]] = {}
+        # (job, host, gpu id) -> executor id for live nodes: two nodes of one job on one host
+        # must never drive the same GPU. Per job, because GPU ids are what nodes say of
+        # themselves: a claim of one job must never refuse (or name) another job's nodes.
+        self._gpu_owner: dict[tuple[str, str, str], int] = {}
         self._timers: list[tuple[float, int, tuple[Any, ...]]] = []
+        #: Timer entries whose wait was removed before its deadline (disconnects): once
+        #: they are as many as half the heap, the heap is rebuilt without them.
+        self._stale_timers = 0
         self._seq = itertools.count()
         self._effects: list[Effect] = []
         self._dispatch = {
@@ -522,8 +554,10 @@ class CoordinatorState:
             "registered": job.filled,
             "missing": [self._describe_missing(job, s) for s in job.missing()],
             "nodes": [n.snapshot() for n in job.nodes()],
-            "history": [n.snapshot() for s in job.slots for n in s.history],
-            "events": [[t, text] for t, text in job.events],
+            # Earlier attempts without their metadata: what they showed is of no use now,
+            # and it is most of a node's size.
+            "history": [{**n.snapshot(), "meta": {}} for s in job.slots for n in s.history],
+            "events": [[t, text] for t, text in job.events], "events_dropped": job.events_dropped,
             "cluster": self.cluster_spec(job) if job.spec_blob is not None else None,
         }  # fmt: skip
 
@@ -563,7 +597,7 @@ class CoordinatorState:
 
     def validate(self) -> None:
         """Check every invariant; raise AssertionError naming the broken one."""
-        live_gpus: dict[tuple[str, str], tuple[str, int]] = {}
+        live_gpus: dict[tuple[str, str, str], int] = {}
         for job in self.jobs.values():
             assert [(s.role, s.index) for s in job.slots] == job.spec.slots(), job.id
             assert job.filled == sum(1 for s in job.slots if s.node is not None), job.id
@@ -591,10 +625,15 @@ class CoordinatorState:
                     assert n.live == (n.ended_at is None), (job.id, n.executor_id, n.state)
                     if n.live:
                         for g in n.gpus:
-                            assert (n.host, g) not in live_gpus, (n.host, g)
-                            live_gpus[(n.host, g)] = (job.id, n.executor_id)
+                            assert (job.id, n.host, g) not in live_gpus, (job.id, n.host, g)
+                            live_gpus[(job.id, n.host, g)] = n.executor_id
+                    assert len(n.meta) <= m.MAX_META_ENTRIES, (job.id, n.executor_id)
+                    assert len(n.meta) <= 1 or _meta_chars(n.meta) <= MAX_META_CHARS, (job.id, n.executor_id)
+                assert len(s.history) <= MAX_HISTORY_PER_SLOT, (job.id, s.role, s.index)
+                assert s.attempts <= MAX_ATTEMPTS_PER_SLOT + 1, (job.id, s.role, s.index)
                 for h in s.history:
                     assert not h.live, (job.id, h.executor_id)
+            assert len(job.events) <= self._timeline_cap(job), job.id
         assert live_gpus == self._gpu_owner, "GPU owner index out of step with live nodes"
         finished = [self.jobs[i] for i in self._finished]
         assert len(finished) == len(set(self._finished)) == sum(1 for j in self.jobs.values() if j.terminal)
@@ -610,6 +649,11 @@ class CoordinatorState:
         for job_id, kinds in self._waits_by_job.items():
             for kind, ws in kinds.items():
                 assert ws and all(self._waits[w].kind == kind for w in ws), (job_id, kind)
+        live_nodes = sum(1 for j in self.jobs.values() for n in j.nodes() if n.live)
+        assert (
+            len(self._timers)
+            <= 2 * (len(self._waits) + live_nodes + 2 * len(self.jobs)) + 2 * STALE_TIMER_SLACK
+        ), "timer heap holds far more entries than there are waits, nodes and jobs"
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -628,8 +672,18 @@ class CoordinatorState:
     def _journal(self, event: Event) -> None:
         self._effects.append(Journal(event))
 
+    @staticmethod
+    def _timeline_cap(job: Job) -> int:
+        return TIMELINE_BASE + TIMELINE_PER_SLOT * job.spec.size
+
     def _note(self, job: Job, now: float, text: str, node: str = "", state: str = "") -> None:
         job.events.append((now, text))
+        cap = self._timeline_cap(job)
+        if len(job.events) > cap:
+            # Drop a quarter at once, so trimming costs O(1) per line over time.
+            cut = len(job.events) - cap + cap // 4
+            del job.events[:cut]
+            job.events_dropped += cut
         job.version += 1
         self._effects.append(Log(job.id, text, node, state))
 
@@ -666,9 +720,36 @@ class CoordinatorState:
             self._waits_by_node.setdefault((wait.job, wait.kind, wait.executor_id), set()).add(waiter)
         self._timer(wait.deadline, ("wait", waiter))
 
+    def _compact_timers(self) -> None:
+        """Rebuild the heap without the entries of waits removed before their deadline.
+
+        Waits that end early (their connection closed, their answer came) leave their heap
+        entry behind until its deadline, up to 7 days for an await_stop: without this a
+        client connecting, waiting and disconnecting in a loop grows the heap for ever. A
+        rebuild costs O(heap) and happens only once half the heap is stale, so O(1) per wait.
+        """
+
+        def live(entry: tuple[float, int, tuple[Any, ...]]) -> bool:
+            when, _, key = entry
+            if key[0] == "wait":
+                wait = self._waits.get(key[1])
+                return wait is not None and wait.deadline == when
+            if key[0] == "node":
+                job = self.jobs.get(key[1])
+                node = self._node(job, key[2]) if job is not None else None
+                return node is not None and node.attempt == key[3] and node.timer == when
+            return True
+
+        self._timers = [e for e in self._timers if live(e)]
+        heapq.heapify(self._timers)
+        self._stale_timers = 0
+
     def _pop_wait(self, waiter: Waiter) -> _Wait | None:
         wait = self._waits.pop(waiter, None)
         if wait is not None:
+            self._stale_timers += 1
+            if self._stale_timers > max(STALE_TIMER_SLACK, len(self._timers) // 2):
+                self._compact_timers()
             conn_waits = self._waits_by_conn.get(waiter[0])
             if conn_waits is not None:
                 conn_waits.discard(waiter)
@@ -747,8 +828,8 @@ class CoordinatorState:
             node.ended_at = now
             node.timer = None
             for g in node.gpus:
-                if self._gpu_owner.get((node.host, g)) == (job.id, node.executor_id):
-                    del self._gpu_owner[(node.host, g)]
+                if self._gpu_owner.get((job.id, node.host, g)) == node.executor_id:
+                    del self._gpu_owner[(job.id, node.host, g)]
         self._note(job, now, f"{node.name} {new.value}" + (f": {detail}" if detail else ""),
                    node=node.name, state=new.value)  # fmt: skip
 
@@ -1002,6 +1083,14 @@ class CoordinatorState:
                 self._error(ev.waiter, "stale_attempt", f"executor {r.executor_id} of job {job.id} is "
                             f"already at attempt {cur.attempt}; attempt {r.attempt} must exit")  # fmt: skip
                 return
+            elif job.state in (J.SUBMITTED, J.RESERVING) and self._holds(job, cur, ev.now):
+                # Only a holder that is gone (disconnected, lost, silent) may be replaced: a
+                # token holder must not take over a slot a live node is serving from.
+                self._error(ev.waiter, "slot_held",
+                            f"slot {cur.name} of job {job.id} is held by {cur.describe()}, which is "
+                            f"connected and heartbeating; attempt {r.attempt} may take it over only once "
+                            "that node has exited (its connection closed) or stopped heartbeating")  # fmt: skip
+                return
             elif job.state not in (J.SUBMITTED, J.RESERVING):
                 # A TensorFlow cluster cannot change membership once its spec is out.
                 self._journal(RegisterNode(now=ev.now, req=r))
@@ -1016,12 +1105,18 @@ class CoordinatorState:
             self._error(ev.waiter, "stale_attempt", f"executor {r.executor_id} of job {job.id} already "
                         f"had attempt {newest}; attempt {r.attempt} must exit")  # fmt: skip
             return
-        gpu_clash = [(g, self._gpu_owner[(r.host, g)]) for g in r.gpus if (r.host, g) in self._gpu_owner]
-        gpu_clash = [(g, o) for g, o in gpu_clash if o != (job.id, r.executor_id)]
+        if slot.attempts >= MAX_ATTEMPTS_PER_SLOT and (cur is None or r.attempt != cur.attempt):
+            self._error(ev.waiter, "too_many_attempts",
+                        f"slot {slot.role}:{slot.index} of job {job.id} was already taken by "
+                        f"{slot.attempts} attempts (at most {MAX_ATTEMPTS_PER_SLOT}); something restarts "
+                        "this task in a loop: look at its earlier errors (tfcoord status)")  # fmt: skip
+            return
+        gpu_clash = [(g, self._gpu_owner.get((job.id, r.host, g))) for g in r.gpus]
+        gpu_clash = [(g, o) for g, o in gpu_clash if o is not None and o != r.executor_id]
         if gpu_clash:
-            g, (oj, oe) = gpu_clash[0]
+            g, oe = gpu_clash[0]
             self._error(ev.waiter, "gpu_conflict",
-                        f"GPU {g} on host {r.host} is already claimed by executor {oe} of job {oj}; "
+                        f"GPU {g} on host {r.host} is already claimed by executor {oe} of this job; "
                         "give each node its own GPU (Spark: spark.task.resource.gpu.amount, "
                         "or set CUDA_VISIBLE_DEVICES per executor)")  # fmt: skip
             return
@@ -1033,8 +1128,9 @@ class CoordinatorState:
                 self._refuse_node_waits(
                     job, cur, "stale_attempt", f"{cur.describe()} was superseded by attempt {r.attempt}"
                 )
-            slot.history.append(cur)
+            self._remember(slot, cur)
             self._count(job, cur, -1)
+        slot.attempts += 1
         role, index = slot.role, slot.index
         node = Node(
             executor_id=r.executor_id, attempt=r.attempt, role=role, index=index, host=r.host,
@@ -1047,7 +1143,7 @@ class CoordinatorState:
         slot.node = node
         self._count(job, node, +1)
         for g in node.gpus:
-            self._gpu_owner[(node.host, g)] = (job.id, node.executor_id)
+            self._gpu_owner[(job.id, node.host, g)] = node.executor_id
         if job.state == J.SUBMITTED:
             self._set_job(job, "register", ev.now)
         self._note(job, ev.now, f"{node.name} REGISTERED from {node.host}:{node.port}"
@@ -1059,6 +1155,18 @@ class CoordinatorState:
             self._cluster_complete(job, ev.now)
         self._wake_watchers(job)
         self._reply(ev.waiter, **self._registration(job, node))
+
+    @staticmethod
+    def _holds(job: Job, node: Node, now: float) -> bool:
+        """Is ``node`` a live holder that no newer attempt may displace: connected, and
+        heard from within its heartbeat timeout?"""
+        return node.live and node.conn is not None and now - node.last_seen < job.spec.heartbeat_timeout_s
+
+    @staticmethod
+    def _remember(slot: Slot, node: Node) -> None:
+        slot.history.append(node)
+        if len(slot.history) > MAX_HISTORY_PER_SLOT:
+            del slot.history[0]
 
     @staticmethod
     def _registration(job: Job, node: Node) -> dict[str, Any]:
@@ -1164,7 +1272,7 @@ class CoordinatorState:
             # Still reserving: free the slot so a retry (Spark task retry, Mesos relaunch) can
             # take it; the reservation deadline names it if nothing comes.
             slot = job.slots[node.executor_id]
-            slot.history.append(node)
+            self._remember(slot, node)
             slot.node = None
             job.filled -= 1
             self._count(job, node, -1)
@@ -1218,6 +1326,12 @@ class CoordinatorState:
         if all(_same(node.meta.get(k), v) for k, v in meta.items()):
             return False
         node.meta.update(meta)
+        # Each update is bounded by the wire (MAX_META_ENTRIES); their union must be too, or
+        # heartbeats naming new keys would grow a node without end: the oldest keys go.
+        while len(node.meta) > m.MAX_META_ENTRIES or (
+            len(node.meta) > 1 and _meta_chars(node.meta) > MAX_META_CHARS
+        ):
+            del node.meta[next(iter(node.meta))]
         job.version += 1
         self._wake_watchers(job)
         return True

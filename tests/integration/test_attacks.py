@@ -1,0 +1,195 @@
+"""Issue 16's attacks, each replayed against a live coordinator: refused, bounded or harmless.
+
+Every test first does what the attack did, then checks that the coordinator refused it,
+kept it inside a bound, or shrugged it off, while a legitimate client still works.
+(Attacks 5 and 6, the pre-handshake budgets, are in test_limits.py; 3 and 4 also have
+state-machine tests in tests/unit/test_state.py; 10 is in tests/unit/test_protocol.py.)
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tfcoord.client import DriverClient, JobSpec, NodeClient, RequestRejected, make_roles
+from tfcoord.client import messages as m
+from tfcoord.coordinator import state as s
+from tfcoord.coordinator.embedded import EmbeddedCoordinator
+
+from .rawwire import Raw, wait_until
+from .served import Served
+
+TOKEN = b"http-token-" + b"z" * 32
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    c = Served(tmp_path_factory.mktemp("served"), http=True)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _node(
+    c: Served | EmbeddedCoordinator, d: DriverClient, job: str, eid: int, attempt: int = 0
+) -> NodeClient:
+    return NodeClient(c.address, d.job_token(job), job, eid, attempt).connect()
+
+
+# -- 1: idle HTTP connections -----------------------------------------------------------------
+
+
+def _closed_by_peer(sock: socket.socket, within_s: float) -> bool:
+    sock.settimeout(within_s)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_idle_http_connections_are_capped_and_timed_out_apart_from_the_node_port():
+    """1,100 HTTP sockets that sent nothing took every descriptor: drivers failed and
+    /healthz hung. Now HTTP has its own cap (503 beyond it) and a request deadline."""
+    with EmbeddedCoordinator() as coord:
+        port = coord.start_http(TOKEN, max_connections=8, keepalive_timeout_s=3.0)
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(7)]
+        # A slow-loris request: headers begun, never finished.
+        loris = socket.create_connection(("127.0.0.1", port), timeout=10)
+        loris.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        over = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with over:
+            answer = over.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503") and b"too_many_connections" in answer
+        # The node port is a budget of its own: a driver works meanwhile.
+        with DriverClient(coord.address, coord.secret) as d:
+            assert d.status() == {"jobs": []}
+        # Every idle and half-sent connection is closed at the request deadline...
+        for sock in [*idle, loris]:
+            assert _closed_by_peer(sock, 10.0)
+            sock.close()
+        # ...and the probe answers again.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            assert r.status == 200
+
+
+def test_serve_refuses_caps_that_do_not_fit_its_descriptor_limit(tmp_path: Path):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        ["prlimit", "--nofile=1024:1024", sys.executable, "-m", "tfcoord", "serve", "--port", "0",
+         "--secret-file", str(tmp_path / "secret"), "--max-connections", "20000"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "--max-connections 20000 does not fit the descriptor limit (RLIMIT_NOFILE 1024)" in out.stderr
+    assert len(out.stderr.strip().splitlines()) <= 2, out.stderr
+
+
+# -- 2: one node token grows memory ---------------------------------------------------------
+
+
+def test_re_registering_a_slot_in_a_loop_is_bounded(served: Served):
+    with DriverClient(served.address, served.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(2), reservation_timeout_s=120))
+        big = {f"k{i}": "v" * m.MAX_TEXT_LEN for i in range(m.MAX_META_ENTRIES)}
+        refused = []
+        for attempt in range(60):
+            with NodeClient(served.address, d.job_token(job), job, 0, attempt) as n:
+                try:
+                    n.register("10.0.0.1", 5000 + attempt, task_id="t" * m.MAX_TEXT_LEN, meta=big)
+                except RequestRejected as e:
+                    refused.append(e.code)
+        assert set(refused) == {"too_many_attempts"} and len(refused) == 60 - s.MAX_ATTEMPTS_PER_SLOT
+        status = d.status(job)  # still fits a frame, and says what happened
+        assert len(status["history"]) == s.MAX_HISTORY_PER_SLOT
+        assert d.stop(job)["state"] in ("STOPPING", "STOPPED")
+
+
+# -- 3: cross-job GPU blocking ----------------------------------------------------------------
+
+
+def test_gpu_claims_of_one_job_do_not_block_another(served: Served):
+    with DriverClient(served.address, served.secret) as d:
+        a = d.submit(JobSpec(roles=make_roles(1)))
+        b = d.submit(JobSpec(roles=make_roles(1)))
+        with _node(served, d, a, 0) as na, _node(served, d, b, 0) as nb:
+            na.register("gpuhost", 5000, gpus=tuple(f"GPU-{i}" for i in range(8)))
+            assert nb.register("gpuhost", 5001, gpus=("GPU-0",))["job"] == b
+        d.stop(a)
+        d.stop(b)
+
+
+# -- 4: the timer heap ------------------------------------------------------------------------
+
+
+def test_waits_of_closed_connections_leave_the_timer_heap():
+    with EmbeddedCoordinator() as coord:
+        with DriverClient(coord.address, coord.secret) as d:
+            job = d.submit(JobSpec(roles=make_roles(1)))
+        for _ in range(60):
+            raw = Raw(coord.port).login(coord.secret, "driver")
+            for i in range(60):
+                raw.send(m.AwaitJob(id=i + 1, job=job, timeout_s=7 * 86400.0))
+            wait_until(lambda: coord.call(lambda: len(coord.server.state._waits)) == 60, what="60 waits")
+            raw.close()
+            wait_until(lambda: coord.call(lambda: len(coord.server.state._waits)) == 0, what="waits gone")
+        assert coord.call(lambda: len(coord.server.state._timers)) <= 2 * s.STALE_TIMER_SLACK + 8
+
+
+# -- 8: displacing a live holder ----------------------------------------------------------------
+
+
+def test_a_second_token_holder_cannot_take_over_a_live_slot(served: Served):
+    with DriverClient(served.address, served.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(2), reservation_timeout_s=120))
+        with _node(served, d, job, 0) as holder, _node(served, d, job, 1) as other:
+            holder.register("10.0.0.1", 6000)
+            holder.heartbeat()
+            with (
+                NodeClient(served.address, d.job_token(job), job, 0, 7) as thief,
+                pytest.raises(RequestRejected) as e,
+            ):
+                thief.register("203.0.113.66", 6666)
+            assert e.value.code == "slot_held"
+            other.register("10.0.0.2", 6001)
+            assert holder.await_cluster(30).cluster == {"worker": ["10.0.0.1:6000", "10.0.0.2:6001"]}
+        d.stop(job)
+
+
+# -- 9: log injection -------------------------------------------------------------------------
+
+FORGED = "2026-12-04 12:00:00,000 ERROR tfcoord.coordinator: job forged: SUCCEEDED"
+
+
+def test_newlines_in_node_supplied_text_cannot_forge_log_lines(served: Served):
+    with DriverClient(served.address, served.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1)))
+        with _node(served, d, job, 0) as n:
+            n.register("10.0.0.1", 6000, task_id="t1\n" + FORGED)
+            n.await_cluster(30)
+            n.report("running")
+            n.report("failed", error="Traceback\n" + FORGED + "\r\n" + FORGED)
+    log = served.log
+    assert "t1\\n" + FORGED in log  # the text is there, escaped, on the line it belongs to
+    assert not [line for line in log.splitlines() if line.startswith(FORGED[:23])]
+
+
+# -- 11: /healthz -----------------------------------------------------------------------------
+
+
+def test_healthz_without_a_token_discloses_nothing(served: Served):
+    with urllib.request.urlopen(f"http://127.0.0.1:{served.http_port}/healthz", timeout=10) as r:
+        body = r.read()
+    assert body == b'{"status":"ok"}'
+    assert not re.search(rb"jobs|version|\d+\.\d+", body)
