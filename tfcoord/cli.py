@@ -2,11 +2,12 @@
 
     tfcoord serve   --host H --port P --port-file F --secret-file S [--state-dir D]
                     [--http-host H --http-port P --http-port-file F --http-token-file T]
-                    [--tls-cert F --tls-key F [--tls-ca F]]
+                    [--tls-cert F --tls-key F [--tls-ca F]]      (each flag also as TFCOORD_*)
     tfcoord env-check [--address A] [--secret-file S]
-    tfcoord status  [JOB] [--json]
+    tfcoord status  [JOB]
     tfcoord stop    JOB [--dry-run] [--reason TEXT]
     tfcoord submit  --engine local --workers N [--ps N] [--chief] [--evaluator] -- COMMAND...
+    tfcoord submit  --engine spark --num-executors N -- [python] script.py [ARGS...]
     tfcoord submit  --engine mesos --job ps:1:cpus=1,mem=1024 --job worker:2:cpus=2,mem=4096,gpus=1 [-- COMMAND...]
     tfcoord node    --address A --job J --executor-id I (-- COMMAND... | --server-mode) (token in TFCOORD_TOKEN)
 
@@ -15,6 +16,12 @@ secret through ``--secret-file``/``TFCOORD_SECRET_FILE``. ``submit`` without an
 address starts an embedded coordinator for the job's lifetime. Against a coordinator
 serving TLS, clients trust ``TFCOORD_TLS_CA`` and, for mutual TLS, present
 ``TFCOORD_TLS_CERT`` and ``TFCOORD_TLS_KEY``.
+
+Every command takes ``--json``, ``--debug``, ``--log-level`` and ``--log-format``, before
+or after its name; client commands take ``--timeout``. Exit codes: 0 done, 1 the job
+failed or the coordinator refused the request, 2 a usage or configuration mistake, 3
+the coordinator could not be reached (:data:`EXIT_UNREACHABLE`), 130 interrupted. Every
+error is one line naming the cause and the fix; an internal traceback only with ``--debug``.
 """
 
 from __future__ import annotations
@@ -36,7 +43,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfcoord.client import DriverClient, JobSpec, TfcoordError, TlsError, __version__, auth, make_roles, tls
+from tfcoord.client import (
+    AuthenticationFailed,
+    ConnectionClosed,
+    DeadlineExceeded,
+    DriverClient,
+    JobSpec,
+    ProtocolError,
+    RequestRejected,
+    TfcoordError,
+    TlsError,
+    Unreachable,
+    __version__,
+    auth,
+    make_roles,
+    tls,
+)
 from tfcoord.client.progress import describe
 from tfcoord.coordinator.state import KEEP_FINISHED_JOBS, KEEP_FINISHED_S
 
@@ -53,8 +75,37 @@ TLS_KEY_ENV = "TFCOORD_TLS_KEY"
 NOTIFY_SOCKET_ENV = "NOTIFY_SOCKET"
 
 
+#: Exit codes, documented in docs/src/reference/cli.md.
+EXIT_FAILED = 1  # the job failed, or the coordinator refused the request
+EXIT_USAGE = 2  # bad flags, environment or files: the message says what to change
+EXIT_UNREACHABLE = 3  # no answer from the coordinator: refused, no such host, timed out
+EXIT_INTERRUPTED = 130
+#: Client commands give up on the coordinator after this long (--timeout): a coordinator
+#: answers in milliseconds, so ten seconds means it is not there or badly overloaded.
+DEFAULT_TIMEOUT_S = 10.0
+#: A person at a terminal waits this long for a silent peer's challenge before probing
+#: whether it speaks HTTP or expects TLS (the client library waits longer for nodes).
+CLI_CHALLENGE_TIMEOUT_S = 1.5
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 class UsageError(Exception):
     """Bad flags or environment: printed as one line, exit code 2."""
+
+
+class UserScriptError(Exception):
+    """The user's own program failed before any job ran: its traceback, then exit code 1."""
+
+    def __init__(self, traceback_text: str, summary: str) -> None:
+        super().__init__(summary)
+        self.traceback_text = traceback_text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a mistake reported as one line (argparse prints the usage too)."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise UsageError(f"{message}; see `{self.prog} --help`")
 
 
 # -- configuration ------------------------------------------------------------------------
@@ -151,9 +202,31 @@ def _client_config(args: argparse.Namespace) -> ClientConfig:
     address = args.address or os.environ.get(ADDRESS_ENV)
     if not address:
         raise UsageError(f"no coordinator address: pass --address HOST:PORT or set {ADDRESS_ENV}")
+    _check_address(address)
     return ClientConfig(
         address, _secret_from(args.secret_file or os.environ.get(SECRET_FILE_ENV)), _client_tls()
     )
+
+
+def _check_address(address: str) -> None:
+    from tfcoord.client.client import parse_address
+
+    try:
+        parse_address(address)
+    except ValueError:
+        raise UsageError(f"coordinator address {address!r} must look like HOST:PORT, e.g. "
+                         f"{address.rstrip(':') or 'localhost'}:7070 (--address or {ADDRESS_ENV})") from None  # fmt: skip
+
+
+def _connect(cfg: ClientConfig, args: argparse.Namespace, role: str = "driver") -> DriverClient:
+    """A connected client that gives up after ``--timeout``, and at once on a refused
+    connection or a host that does not resolve: a person is waiting."""
+    timeout_s = args.timeout
+    client = DriverClient(cfg.address, cfg.secret, role=role, ssl_context=cfg.ssl_context,
+                          connect_deadline_s=timeout_s, reconnect_deadline_s=timeout_s, fail_fast=True,
+                          challenge_timeout_s=min(CLI_CHALLENGE_TIMEOUT_S, timeout_s),
+                          request_timeout_s=timeout_s)  # fmt: skip
+    return client.connect()
 
 
 def _client_tls() -> ssl.SSLContext | None:
@@ -209,7 +282,7 @@ def _setup_logging(fmt: str, level: str) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(level)
 
 
 # -- serve --------------------------------------------------------------------------------
@@ -252,7 +325,12 @@ async def _serve(cfg: ServeConfig) -> None:
         journal,
     )
     replayed = server.recover()
-    host, port = await server.start()
+    try:
+        host, port = await server.start()
+    except OSError as e:  # the port is taken, or the host is not an address of this machine
+        raise UsageError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}; another process (a "
+                         "running tfcoord serve?) holds the port: stop it, or pick another --port "
+                         "(0 picks a free one, see --port-file)") from None  # fmt: skip
     log.info("tfcoord %s coordinator listening on %s:%d (%d journal events replayed, state in %s)",
              __version__, host, port, replayed, cfg.state_dir or "memory")  # fmt: skip
     engine = None
@@ -394,9 +472,14 @@ def _fmt_time(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
 
 
+def _results(node: dict[str, Any]) -> dict[str, Any]:
+    """What a node's function returned (its ``result.*`` metadata), by name."""
+    return {k.removeprefix("result."): v for k, v in node["meta"].items() if k.startswith("result.")}
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     cfg = _client_config(args)
-    with DriverClient(cfg.address, cfg.secret, role="admin", ssl_context=cfg.ssl_context) as c:
+    with _connect(cfg, args, role="admin") as c:
         st = c.status(args.job)
     if args.json:
         print(json.dumps(st, indent=2, sort_keys=True))
@@ -411,6 +494,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(describe(st))
     if st["error"]:
         print(f"error: {st['error']}")
+    elif st["stop_reason"]:
+        print(f"stop reason: {st['stop_reason']}")
     rows = [("EXECUTOR", "ROLE", "STATE", "HOST:PORT", "GPUS", "ATTEMPT", "LAST SEEN", "ERROR")]
     for n in st["nodes"]:
         # The last line of a traceback names the exception; an error of blanks has none.
@@ -421,6 +506,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     _table(rows)
     for line in st["missing"]:
         print(f"missing: {line}")
+    results = [(n, _results(n)) for n in st["nodes"]]
+    if any(r for _, r in results):
+        print("\nresults:")
+        for n, r in results:
+            if r:
+                print(f"  {n['role']}:{n['index']}  " + "  ".join(f"{k}={v}" for k, v in r.items()))
+    if st["events"]:
+        print("\ntimeline:")
+        for t, text in st["events"]:
+            print(f"  {_fmt_time(t)}  {text}")
     return 0
 
 
@@ -432,8 +527,11 @@ def _table(rows: list[tuple[str, ...]]) -> None:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     cfg = _client_config(args)
-    with DriverClient(cfg.address, cfg.secret, role="admin", ssl_context=cfg.ssl_context) as c:
+    with _connect(cfg, args, role="admin") as c:
         res = c.stop(args.job, args.reason, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps({**res, "job": args.job, "dry_run": args.dry_run}, indent=2, sort_keys=True))
+        return 0
     verb = "would stop" if args.dry_run else "stopping"
     if res["state"] in ("SUCCEEDED", "FAILED", "STOPPED"):
         print(f"job {args.job} already ended {res['state']}; nothing to stop")
@@ -460,6 +558,53 @@ def _emit(line: str) -> None:
     print(f"tfcoord: {line}", file=sys.stderr, flush=True)
 
 
+def _is_python(prog: str) -> bool:
+    """``python``, ``python3``, ``python3.11`` or this interpreter, by path or by name."""
+    import re
+
+    return prog == sys.executable or re.fullmatch(r"python(\d+(\.\d+)?)?", Path(prog).name) is not None
+
+
+def _local_command(command: list[str]) -> list[str]:
+    """The command each local node runs; a script alone runs with this Python. A program
+    that is not there is named now, not as each node's failure."""
+    import shutil
+
+    prog = command[0]
+    if prog.endswith(".py"):
+        command = [sys.executable, *command]
+        prog = sys.executable
+    found = shutil.which(prog)
+    if found is None:
+        where = "is not an executable file" if os.sep in prog else "is not on PATH"
+        raise UsageError(
+            f"{prog!r} {where}: give the command every node runs after --, e.g. -- python train.py"
+        )
+    if (
+        _is_python(prog)
+        and len(command) > 1
+        and command[1].endswith(".py")
+        and not Path(command[1]).is_file()
+    ):
+        raise UsageError(f"no script at {command[1]}: give the path of your training script after --")
+    return command
+
+
+def _spark_script(command: list[str]) -> tuple[str, list[str]]:
+    """The script and its arguments from ``-- [python] script.py ARGS``: the shape both engines take."""
+    if _is_python(command[0]):
+        command = command[1:]
+    if not command or not command[0].endswith(".py"):
+        raise UsageError("with --engine spark give the Python script after --: -- train.py [ARGS] "
+                         "(or -- python train.py [ARGS])")  # fmt: skip
+    return command[0], command[1:]
+
+
+def _print_final(args: argparse.Namespace, status: dict[str, Any] | None) -> None:
+    if args.json and status is not None:
+        print(json.dumps(status, indent=2, sort_keys=True), flush=True)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from tfcoord.node.local import run_local
 
@@ -468,6 +613,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     command = _command(args)
     if args.engine == "spark":
         return _submit_spark(args, command)
+    command = _local_command(command)
     try:
         roles = make_roles(
             args.workers, args.ps, chief="chief" if args.chief else None, evaluator=args.evaluator
@@ -489,19 +635,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
         embedded = start_embedded()
         cfg = ClientConfig(embedded.address, embedded.secret)
     try:
-        with DriverClient(cfg.address, cfg.secret, ssl_context=cfg.ssl_context) as driver:
-            status = run_local(driver, spec, command, emit=_emit)
+        with _connect(cfg, args) as driver:
+            # With --json stdout carries the final status alone; the nodes' output goes to stderr.
+            out = sys.stderr.buffer if args.json else None
+            status = run_local(driver, spec, command, emit=_emit, out=out)
     finally:
         if embedded is not None:
             embedded.stop()
-    return 0 if status["state"] == "SUCCEEDED" else 1
+    _print_final(args, status)
+    return 0 if status["state"] == "SUCCEEDED" else EXIT_FAILED
 
 
 def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
     """Run ``main_fun(argv, ctx)`` from a script on Spark executors, one node per executor."""
-    script, argv = command[0], command[1:]
-    if script.startswith("python") or not script.endswith(".py"):
-        raise UsageError("with --engine spark give the script itself after --: -- train.py [args]")
+    script, argv = _spark_script(command)
     if args.num_executors is None:
         raise UsageError("--engine spark needs --num-executors N (the TensorFlow cluster's size)")
     conf: dict[str, str] = {}
@@ -517,6 +664,7 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
     else:
         coordinator, secret = None, None
         logging.getLogger("tfcoord.coordinator").setLevel(max(logging.WARNING, logging.getLogger().level))
+    from tfcoord.node.script import ScriptFailed
     from tfcoord.node.spark import submit_script
     from tfcoord.node.tlsfiles import TlsFiles
 
@@ -534,11 +682,14 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
             eval_node=args.evaluator, name=args.name, emit=_emit, coordinator=coordinator, secret=secret,
             tls=tls,
         )  # fmt: skip
-    except (FileNotFoundError, AttributeError, ImportError) as e:
+    except ScriptFailed as e:
+        raise UserScriptError(e.traceback_text, str(e)) from None
+    except (FileNotFoundError, AttributeError) as e:
         raise UsageError(str(e)) from None
-    except ValueError as e:
+    except ValueError as e:  # run()'s arguments: the cluster's shape
         raise UsageError(str(e)) from None
-    return 0 if status["state"] == "SUCCEEDED" else 1
+    _print_final(args, status)
+    return 0 if status is None or status["state"] == "SUCCEEDED" else EXIT_FAILED
 
 
 def _submit_mesos(args: argparse.Namespace) -> int:
@@ -575,7 +726,7 @@ def _submit_mesos(args: argparse.Namespace) -> int:
         cfg = ClientConfig(embedded.address, embedded.secret)
     what = "serving tf.distribute.Server" if mjob.server_mode else f"running {' '.join(command)}"
     try:
-        with DriverClient(cfg.address, cfg.secret, ssl_context=cfg.ssl_context) as driver:
+        with _connect(cfg, args) as driver:
             job = driver.submit(spec)
             _emit(f"job {job} submitted to Mesos: "
                   + ", ".join(f"{r.count} {r.role} ({r.resources_text()})" for r in mjob.roles) + f", {what}")  # fmt: skip
@@ -597,7 +748,9 @@ def _submit_mesos(args: argparse.Namespace) -> int:
             embedded.stop()
     if status["state"] == "FAILED":
         _emit(f"job {job} failed: {status['error']}")
-    return 0 if status["state"] == "SUCCEEDED" or (mjob.server_mode and status["state"] == "STOPPED") else 1
+    _print_final(args, status)
+    ok = status["state"] == "SUCCEEDED" or (mjob.server_mode and status["state"] == "STOPPED")
+    return 0 if ok else EXIT_FAILED
 
 
 def cmd_env_check(args: argparse.Namespace) -> int:
@@ -612,11 +765,15 @@ def cmd_env_check(args: argparse.Namespace) -> int:
     results = run_checks(
         os.environ, address=args.address or os.environ.get(ADDRESS_ENV) or None,
         secret_file=args.secret_file or os.environ.get(SECRET_FILE_ENV) or None,
-        ssl_context=ssl_context, tls_problem=tls_problem,
+        ssl_context=ssl_context, tls_problem=tls_problem, timeout_s=args.timeout,
     )  # fmt: skip
-    for r in results:
-        print(r.line(), flush=True)
-    return 1 if any(r.status == "FAIL" for r in results) else 0
+    if args.json:
+        print(json.dumps([{"status": r.status, "check": r.check, "detail": r.detail, "fix": r.fix}
+                          for r in results], indent=2))  # fmt: skip
+    else:
+        for r in results:
+            print(r.line(), flush=True)
+    return EXIT_FAILED if any(r.status == "FAIL" for r in results) else 0
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -653,19 +810,32 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tfcoord", description="Coordinator for distributed TensorFlow.")
+    """The parser. Global flags (``--log-level``, ``--log-format``, ``--debug``) go before or
+    after the command's name; each ``serve`` flag also reads ``TFCOORD_<FLAG>`` (see :func:`_env_flags`)."""
+    env = os.environ
+    p = _Parser(prog="tfcoord", description="Coordinator for distributed TensorFlow.")
     p.add_argument("--version", action="version", version=f"tfcoord {__version__}")
-    p.add_argument("--log-level", default="INFO")
-    p.add_argument("--log-format", choices=("text", "json"), default="text")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p.add_argument("--json", action="store_true", help="machine-readable output (see each command's --help)")
+    _global_flags(p, env)
+    common = _Parser(add_help=False)
+    _global_flags(common, env, suppress=True)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    def command(name: str, help: str, *, json_help: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, parents=[common], description=help)
+        sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
+        return sp
 
     def client_flags(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--address", help=f"coordinator HOST:PORT (default: ${ADDRESS_ENV})")
         sp.add_argument(
             "--secret-file", help=f"file holding the coordinator secret (default: ${SECRET_FILE_ENV})"
         )
+        sp.add_argument("--timeout", type=_positive, default=DEFAULT_TIMEOUT_S, metavar="S",
+                        help="give up on the coordinator after S seconds (connecting, and each request); "
+                        f"a refused connection or an unknown host fails at once (default {DEFAULT_TIMEOUT_S:g})")  # fmt: skip
 
-    sp = sub.add_parser("serve", help="run the coordinator")
+    sp = command("serve", "run the coordinator", json_help="log JSON lines (as --log-format json)")
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=7070, help="TCP port; 0 picks a free one (see --port-file)")
     sp.add_argument("--port-file", help="write the bound port here once listening")
@@ -706,28 +876,29 @@ def build_parser() -> argparse.ArgumentParser:
                     f"each after at least 5 minutes (default {KEEP_FINISHED_JOBS})")  # fmt: skip
     sp.add_argument("--keep-finished-days", type=float, default=KEEP_FINISHED_S / 86400, metavar="D",
                     help=f"forget finished jobs this many days after they ended (default {KEEP_FINISHED_S / 86400:g})")  # fmt: skip
+    _env_flags(sp, env, skip={"--mesos-master"})  # MESOS_MASTER keeps tfmesos2's name
     sp.set_defaults(fn=cmd_serve)
 
-    sp = sub.add_parser(
-        "env-check", help="check this machine for Spark/Mesos/TensorFlow work: OK, WARN, FAIL"
-    )
+    sp = command("env-check", "check this machine for Spark/Mesos/TensorFlow work: OK, WARN, FAIL",
+                 json_help="the report as a JSON list")  # fmt: skip
     client_flags(sp)
     sp.set_defaults(fn=cmd_env_check)
 
-    sp = sub.add_parser("status", help="show jobs, or one job's nodes")
+    sp = command("status", "show jobs, or one job's nodes, results and timeline",
+                 json_help="the coordinator's full answer as JSON")  # fmt: skip
     client_flags(sp)
     sp.add_argument("job", nargs="?")
-    sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_status)
 
-    sp = sub.add_parser("stop", help="stop a job gracefully (streaming jobs)")
+    sp = command("stop", "stop a job gracefully (streaming jobs)", json_help="the answer as JSON")
     client_flags(sp)
     sp.add_argument("job")
     sp.add_argument("--dry-run", action="store_true", help="show what would be stopped, change nothing")
     sp.add_argument("--reason", default="stop requested with tfcoord stop")
     sp.set_defaults(fn=cmd_stop)
 
-    sp = sub.add_parser("submit", help="submit a job and follow it to its end")
+    sp = command("submit", "submit a job and follow it to its end",
+                 json_help="print the job's final status as JSON on stdout (progress and output on stderr)")  # fmt: skip
     client_flags(sp)
     sp.add_argument("--engine", choices=("local", "spark", "mesos"), default="local")
     sp.add_argument("--workers", type=int, default=1, help="local: worker processes")
@@ -756,7 +927,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("command", nargs=argparse.REMAINDER)
     sp.set_defaults(fn=cmd_submit)
 
-    sp = sub.add_parser("node", help="run one node (used by engines; token in TFCOORD_TOKEN)")
+    sp = sub.add_parser(
+        "node", help="run one node (used by engines; token in TFCOORD_TOKEN)", parents=[common]
+    )
     sp.add_argument("--address")
     sp.add_argument("--job", required=True)
     sp.add_argument("--executor-id", type=int, required=True)
@@ -771,19 +944,123 @@ def build_parser() -> argparse.ArgumentParser:
                     help="serve the node's role with tf.distribute.Server until stopped, instead of a command")  # fmt: skip
     sp.add_argument("command", nargs=argparse.REMAINDER)
     sp.set_defaults(fn=cmd_node)
+
+    sp = sub.add_parser("completion", help="print a shell completion script: eval \"$(tfcoord completion bash)\"",
+                        parents=[common])  # fmt: skip
+    sp.add_argument("shell", choices=("bash", "zsh"))
+    sp.set_defaults(fn=lambda args: cmd_completion(args, p))
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    _setup_logging(args.log_format, args.log_level)
+def _global_flags(p: argparse.ArgumentParser, env: Any, *, suppress: bool = False) -> None:
+    """The flags every command takes. After the command's name they are SUPPRESSed, so a
+    flag given before the name is not reset by the command's parser."""
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
+                   default=default(env.get("TFCOORD_LOG_LEVEL", "INFO").upper()),
+                   help=f"{', '.join(LOG_LEVELS)} (any case; default $TFCOORD_LOG_LEVEL or INFO)")  # fmt: skip
+    p.add_argument("--log-format", choices=("text", "json"), default=default(env.get("TFCOORD_LOG_FORMAT", "text")),
+                   help="log lines as text or JSON (default $TFCOORD_LOG_FORMAT or text)")  # fmt: skip
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        default=default(False),
+        help="show the traceback of an internal error (a tfcoord bug; please report it)",
+    )
+
+
+def _positive(text: str) -> float:
     try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be above 0 seconds")
+    return value
+
+
+def env_name(flag: str) -> str:
+    """The environment variable of a ``serve`` flag: ``--http-port`` is ``TFCOORD_HTTP_PORT``."""
+    return "TFCOORD_" + flag.lstrip("-").upper().replace("-", "_")
+
+
+def _env_flags(sp: argparse.ArgumentParser, env: Any, *, skip: set[str]) -> None:
+    """Let ``TFCOORD_<FLAG>`` set each flag of ``sp`` (a flag on the command line wins).
+
+    argparse converts a string default with the flag's type, so a bad value is refused as
+    the flag's would be; the message names the variable.
+    """
+    for action in sp._actions:  # argparse keeps no public list of a parser's actions
+        flag = next((o for o in action.option_strings if o.startswith("--")), None)
+        if (
+            flag is None
+            or flag in skip
+            or flag in ("--help", "--json")
+            or action.dest in ("log_level", "log_format", "debug")
+        ):
+            continue
+        name = env_name(flag)
+        action.help = (action.help or "") + f" [${name}]"
+        value = env.get(name)
+        if value is None or value == "":
+            continue
+        if action.type is not None and action.type is not str:
+            try:
+                action.type(value)  # type: ignore[operator]
+            except (ValueError, argparse.ArgumentTypeError):
+                raise UsageError(f"{name}={value!r} is not a valid {flag}: fix it in the environment "
+                                 "(or the service's tfcoord.env)") from None  # fmt: skip
+        action.default = value
+
+
+def cmd_completion(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from tfcoord.completion import script
+
+    print(script(parser, args.shell))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every error is one line on stderr and a documented exit code."""
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        debug = args.debug
+        _setup_logging("json" if args.cmd == "serve" and args.json else args.log_format, args.log_level)
         return args.fn(args)
     except UsageError as e:
-        print(f"tfcoord: {e}", file=sys.stderr)
-        return 2
+        return _fail(EXIT_USAGE, str(e))
+    except UserScriptError as e:
+        sys.stderr.write(e.traceback_text)
+        return _fail(EXIT_FAILED, str(e))
+    except Unreachable as e:
+        return _fail(EXIT_UNREACHABLE, str(e))
+    except (
+        AuthenticationFailed,
+        TlsError,
+        ProtocolError,
+    ) as e:  # the wrong port, service or TLS setting: configuration
+        return _fail(EXIT_USAGE, str(e))
+    except (ConnectionClosed, DeadlineExceeded) as e:
+        return _fail(EXIT_UNREACHABLE, f"{e}; is the coordinator running? (--timeout to wait longer)")
+    except RequestRejected as e:
+        return _fail(EXIT_FAILED, e.message)
     except TfcoordError as e:
-        print(f"tfcoord: {e}", file=sys.stderr)
-        return 1
+        return _fail(EXIT_FAILED, str(e))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as e:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        return _fail(EXIT_FAILED, f"internal error: {type(e).__name__}: {e} "
+                     "(a tfcoord bug: run again with --debug for the traceback, and report it)")  # fmt: skip
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"tfcoord: {message.strip()}", file=sys.stderr, flush=True)
+    return code

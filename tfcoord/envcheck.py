@@ -382,11 +382,12 @@ def check_coordinator(
 
 def run_checks(env: Mapping[str, str], *, address: str | None = None, secret_file: str | None = None,
                platform: str = sys.platform, ssl_context: ssl.SSLContext | None = None,
-               tls_problem: str | None = None) -> list[Result]:  # fmt: skip
-    """Every check, in report order. ``ssl_context`` and ``tls_problem``: see :func:`check_coordinator`."""
+               tls_problem: str | None = None, timeout_s: float = COORDINATOR_TIMEOUT_S) -> list[Result]:  # fmt: skip
+    """Every check, in report order. ``ssl_context``, ``tls_problem`` and ``timeout_s``: see
+    :func:`check_coordinator`."""
     spark = _version("pyspark")
     return [
         check_python(), *check_packages(), *check_java(env, spark), *check_spark(env, spark),
         check_gpus(env), *check_background(env, platform),
-        check_coordinator(address, secret_file, ssl_context, tls_problem=tls_problem),
+        check_coordinator(address, secret_file, ssl_context, tls_problem=tls_problem, timeout_s=timeout_s),
     ]  # fmt: skip

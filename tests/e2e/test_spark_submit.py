@@ -48,9 +48,12 @@ def test_submit_spark_trains_on_a_local_standalone_cluster(tmp_path):
 def test_submit_spark_explains_bad_usage(tmp_path):
     run = [sys.executable, "-m", "tfcoord", "submit", "--engine", "spark"]
     out = subprocess.run([*run, "--", "python", "x.py"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "give the script itself after --" in out.stderr
-    out = subprocess.run([*run, "--", str(tmp_path / "x.py")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--num-executors" in out.stderr
+    run += ["--num-executors", "2"]
+    out = subprocess.run([*run, "--", "python", "x.py"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "no script at x.py" in out.stderr
+    out = subprocess.run([*run, "--", "ls"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "give the Python script after --" in out.stderr
 
 
 WAIT_FOR_STOP = """

@@ -312,7 +312,7 @@ def test_serve_tls_flags_and_client_environment(pki, tmp_path):
     served = Served(tmp_path, *flags)
     try:
         plain = served.cli("status")
-        assert plain.returncode == 1 and "TLS?" in plain.stderr
+        assert plain.returncode == 2 and "TLS?" in plain.stderr
         ok = served.cli("status", env=dict(served.env, TFCOORD_TLS_CA=str(pki.ca.cert)))
         assert ok.returncode == 0, ok.stderr
         half = served.cli("status", env=dict(served.env, TFCOORD_TLS_CERT=str(pki.client.cert)))

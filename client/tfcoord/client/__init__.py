@@ -17,6 +17,7 @@ from .errors import (
     RequestRejected,
     TfcoordError,
     TlsError,
+    Unreachable,
 )
 from .messages import JobSpec, make_roles
 
@@ -41,6 +42,7 @@ __all__ = [
     "RequestRejected",
     "TfcoordError",
     "TlsError",
+    "Unreachable",
     "__version__",
     "make_roles",
 ]  # fmt: skip

@@ -40,6 +40,7 @@ from .errors import (
     RemoteProtocolError,
     RequestRejected,
     TlsError,
+    Unreachable,
 )
 from .protocol import CLOSED, NEED_DATA, Connection, decode_spec
 
@@ -58,6 +59,16 @@ HANDSHAKE_TIMEOUT_S = 10.0
 #: nothing at all to a plaintext client (it waits for a TLS ClientHello), so silence
 #: this long on a first connection means TLS, and says so instead of hanging.
 CHALLENGE_TIMEOUT_S = 5.0
+#: How long a first connection waits, after the challenge failed to come, for an answer
+#: to the HTTP request it then sends: an HTTP server answers one at once.
+HTTP_PROBE_TIMEOUT_S = 1.0
+#: Errors of a connect that no retry within seconds can heal: a host name that does not
+#: resolve (EAI_AGAIN, a resolver that timed out, is the exception: it is retried).
+_UNRESOLVED = frozenset(
+    getattr(socket, name)
+    for name in ("EAI_NONAME", "EAI_NODATA", "EAI_FAIL", "EAI_SERVICE")
+    if hasattr(socket, name)
+)
 #: Backoff between connection attempts: starts small, doubles, capped, with full jitter
 #: so a hundred executors that lost the coordinator together do not return in lockstep.
 #: The cap bounds how long a node stays away once the coordinator is back: a restarted
@@ -121,7 +132,12 @@ class Client:
         job: the job a node acts in (required for nodes).
         ssl_context: wrap the socket in TLS with this context (see :mod:`tfcoord.client.tls`).
         challenge_timeout_s: how long a first connection waits for the coordinator's
-            challenge before concluding that the coordinator expects TLS.
+            challenge before concluding that the peer expects TLS or speaks HTTP.
+        fail_fast: report a refused connection, or a host with no route to it, at once
+            instead of retrying until ``connect_deadline_s``. Long-lived clients (nodes,
+            drivers) keep the default and ride out a coordinator restart; a person at a
+            terminal wants to know now. A host name that does not resolve always fails at once.
+        request_timeout_s: how long a request that is not a wait may take to be answered.
     """
 
     def __init__(
@@ -135,6 +151,8 @@ class Client:
         connect_deadline_s: float = DEFAULT_CONNECT_DEADLINE_S,
         reconnect_deadline_s: float = DEFAULT_RECONNECT_DEADLINE_S,
         challenge_timeout_s: float = CHALLENGE_TIMEOUT_S,
+        fail_fast: bool = False,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     ) -> None:
         if role not in m.CLIENT_ROLES:
             raise ValueError(f"role must be one of {m.CLIENT_ROLES}")
@@ -149,6 +167,8 @@ class Client:
         self._connect_deadline_s = connect_deadline_s
         self._reconnect_deadline_s = reconnect_deadline_s
         self._challenge_timeout_s = challenge_timeout_s
+        self._fail_fast = fail_fast
+        self._request_timeout_s = request_timeout_s
         #: Set once a handshake succeeded: from then on the transport is known to match, and
         #: a silent coordinator is a slow one (retried), not a TLS mismatch.
         self._handshaken = False
@@ -169,7 +189,9 @@ class Client:
             AuthenticationFailed: the coordinator refused our proof (not retried).
             TlsError: one side speaks TLS and the other does not, or a certificate was
                 refused (not retried).
-            ConnectionClosed: no connection before the deadline (chained from the last cause).
+            Unreachable: no connection before the deadline, or at once for a host name that
+                does not resolve (and, with ``fail_fast``, a refused connection); chained from
+                the cause. A ``ConnectionClosed``.
         """
         self._sock = self._dial(self._connect_deadline_s)
         self._reader = threading.Thread(
@@ -185,21 +207,34 @@ class Client:
             if self._closed.is_set():
                 break
             try:
-                return self._handshake()
+                return self._handshake(max(0.05, min(HANDSHAKE_TIMEOUT_S, deadline - time.monotonic())))
             except (AuthenticationFailed, ProtocolError, TlsError):
                 raise
+            except socket.gaierror as e:
+                if e.errno in _UNRESOLVED:
+                    raise Unreachable(
+                        f"cannot reach the tfcoord coordinator at {self.address}: the host name "
+                        f"{self._hostport[0]!r} does not resolve ({e.strerror}); check the address "
+                        "(--address, TFCOORD_ADDRESS)"
+                    ) from e
+                last = e
             except OSError as e:
                 last = e
+                if self._fail_fast and _hopeless(e):
+                    raise Unreachable(
+                        f"cannot reach the tfcoord coordinator at {self.address}: {_why(e)}; is "
+                        "`tfcoord serve` running there, and is that its --port (--address, TFCOORD_ADDRESS)?"
+                    ) from e
             if time.monotonic() + delay > deadline:
                 break
             time.sleep(delay)
-        raise ConnectionClosed(
+        raise Unreachable(
             f"could not reach the tfcoord coordinator at {self.address} within {budget_s:g} s "
-            f"({last}); is it running, and is the address right (TFCOORD_ADDRESS)?"
+            f"({_why(last)}); is it running, and is the address right (--address, TFCOORD_ADDRESS)?"
         ) from last
 
-    def _handshake(self) -> socket.socket:
-        sock = socket.create_connection(self._hostport, timeout=HANDSHAKE_TIMEOUT_S)
+    def _handshake(self, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> socket.socket:
+        sock = socket.create_connection(self._hostport, timeout=timeout_s)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._ssl is not None:
@@ -253,6 +288,12 @@ class Client:
             first = _recv_one(sock, conn)
         except TimeoutError:
             if self._ssl is None and not conn.buffered and not self._handshaken:
+                if _speaks_http(sock):
+                    raise RemoteProtocolError(
+                        f"{self.address} is an HTTP server (the coordinator's HTTP API and dashboard, "
+                        "--http-port?), not the coordinator's protocol port: use the port `tfcoord serve "
+                        "--port` listens on (7070 by default)"
+                    ) from None
                 raise TlsError(
                     f"the coordinator at {self.address} accepted the connection but sent no challenge "
                     f"within {self._challenge_timeout_s:g} s. TLS? A coordinator started with "
@@ -404,16 +445,17 @@ class Client:
 
     # -- requests -----------------------------------------------------------------------
 
-    def request(
-        self, build: Callable[[int], m.Request], timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
-    ) -> m.Message:
+    def request(self, build: Callable[[int], m.Request], timeout_s: float | None = None) -> m.Message:
         """Send the request ``build(id)`` and block for its reply.
 
         Raises:
             RequestRejected: the coordinator answered with an error.
-            DeadlineExceeded: no reply within ``timeout_s``.
+            DeadlineExceeded: no reply within ``timeout_s`` (default: the client's
+                ``request_timeout_s``).
             ConnectionClosed: the connection is gone and could not be re-established.
         """
+        if timeout_s is None:
+            timeout_s = self._request_timeout_s
         if self._closed.is_set() or self._sock is None:
             raise ConnectionClosed("the client is not connected; call connect() first")
         future: Future = Future()
@@ -439,6 +481,33 @@ class Client:
             ) from None
 
 
+def _hopeless(e: OSError) -> bool:
+    """A connect error that retrying for seconds will not heal (the caller chose not to wait
+    for a restart): refused, or no route to the host or its network."""
+    import errno
+
+    return isinstance(e, ConnectionRefusedError) or e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)
+
+
+def _why(e: BaseException | None) -> str:
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused: nothing listens on that port"
+    if isinstance(e, TimeoutError):
+        return "no answer: a firewall, or a host that is down"
+    return str(e) if e is not None else "closed"
+
+
+def _speaks_http(sock: socket.socket) -> bool:
+    """Whether a silent peer is an HTTP server: it answers a request where a TLS server,
+    seeing no ClientHello, does not answer in HTTP."""
+    try:
+        sock.settimeout(HTTP_PROBE_TIMEOUT_S)
+        sock.sendall(b"HEAD /healthz HTTP/1.0\r\n\r\n")
+        return sock.recv(16).startswith(b"HTTP/")
+    except OSError:
+        return False
+
+
 def _recv_one(sock: socket.socket, conn: Connection) -> m.Message:
     while True:
         msg = conn.next_event()
@@ -456,8 +525,45 @@ class DriverClient(Client):
     """Submits jobs and awaits them. Authenticates with the coordinator secret."""
 
     def __init__(self, address: str, secret: bytes, **kw: Any) -> None:
+        # The coordinator reads its secret file stripped (auth.read_secret); a secret read
+        # here with Path.read_bytes() carries the file's newline and would never match.
+        secret = secret.strip()
         super().__init__(address, secret, role=kw.pop("role", "driver"), **kw)
         self.secret = secret
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **kw: Any) -> DriverClient:
+        """A client configured as the ``tfcoord`` command is, from the environment.
+
+        ``TFCOORD_ADDRESS`` (``host:port``), ``TFCOORD_SECRET_FILE`` (read as ``tfcoord
+        serve`` reads it: stripped, refused if others can read it) and, against a TLS
+        coordinator, ``TFCOORD_TLS_CA`` and for mutual TLS ``TFCOORD_TLS_CERT`` and
+        ``TFCOORD_TLS_KEY``. Keyword arguments go to the constructor (``role``, deadlines).
+        Not connected yet: use it as a context manager or call ``connect()``.
+
+        Raises:
+            ValueError: a variable is missing or names an unusable file; the message says which.
+            TlsError: the TLS files cannot be used.
+        """
+        import os
+
+        env = os.environ if env is None else env
+        address = env.get("TFCOORD_ADDRESS", "").strip()
+        secret_file = env.get("TFCOORD_SECRET_FILE", "").strip()
+        if not address:
+            raise ValueError("TFCOORD_ADDRESS is not set: the coordinator's HOST:PORT")
+        if not secret_file:
+            raise ValueError("TFCOORD_SECRET_FILE is not set: the file holding the coordinator secret")
+        try:
+            secret = auth.read_secret(secret_file)
+        except OSError as e:
+            raise ValueError(f"TFCOORD_SECRET_FILE={secret_file}: {e.strerror or e}") from None
+        ca, cert, key = (
+            env.get(k) or None for k in ("TFCOORD_TLS_CA", "TFCOORD_TLS_CERT", "TFCOORD_TLS_KEY")
+        )
+        if "ssl_context" not in kw and (ca or cert or key):
+            kw["ssl_context"] = tls.client_context(ca, cert, key)
+        return cls(address, secret, **kw)
 
     def job_token(self, job: str) -> bytes:
         """The token nodes of ``job`` authenticate with."""

@@ -31,6 +31,11 @@ class ConnectionClosed(TfcoordError, OSError):
     """
 
 
+class Unreachable(ConnectionClosed):
+    """No connection to the coordinator could be made at all: refused, no such host, no
+    route, or no answer before the connect deadline. Nothing was sent."""
+
+
 class AuthenticationFailed(TfcoordError):
     """The handshake was refused: wrong secret, wrong job token, version mismatch."""
 

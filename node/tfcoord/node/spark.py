@@ -142,6 +142,8 @@ def run(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, num_ps: int, te
         if embedded is not None:
             embedded.stop()
         raise
+    _Started.count += 1
+    _Started.last = cluster
     try:
         cluster._launch(driver_ps_nodes, num_ps)
         cluster._await_ready()
@@ -623,34 +625,26 @@ def _single_context(executor_id: int, num_workers: int, default_fs: str, working
                          num_workers=num_workers, defaultFS=default_fs, working_dir=working_dir)  # fmt: skip
 
 
-def load_main_fun(path: str, name: str = "main_fun") -> Any:
-    """Load ``main_fun`` from a user's script so executors receive it by value.
+class _Started:
+    """What ``run`` started in this process: how many clusters, and the newest.
 
-    The script is imported as a module (its ``if __name__ == "__main__"`` block does not
-    run) and registered with Spark's cloudpickle to be shipped whole: executors have
-    the script's functions without having the file.
+    ``tfcoord submit`` runs a script as ``__main__``; this tells it whether the script's
+    own main block ran a job (as one written for ``spark-submit`` does), and which.
     """
-    import importlib.util
-    import sys
-    from pathlib import Path
 
-    from pyspark.cloudpickle import register_pickle_by_value
+    count = 0
+    last: SparkCluster | None = None
 
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"no script at {path}")
-    module_name = f"tfcoord_user_{file.stem}".replace("-", "_")
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    register_pickle_by_value(module)
-    fun = getattr(module, name, None)
-    if not callable(fun):
-        raise AttributeError(f"{path} defines no function {name}(args, ctx) to run on the nodes")
-    return fun
+
+def _submit_args(master: str, name: str, settings: dict[str, str]) -> str:
+    """``PYSPARK_SUBMIT_ARGS`` for what ``spark-submit --master M --conf K=V`` would set:
+    a SparkContext the script creates itself (``SparkContext(conf=SparkConf())``) gets it."""
+    import shlex
+
+    args = ["--master", master, "--name", name]
+    for key, value in settings.items():
+        args += ["--conf", f"{key}={value}"]
+    return " ".join(shlex.quote(a) for a in args) + " pyspark-shell"
 
 
 def submit_script(
@@ -660,18 +654,28 @@ def submit_script(
     master_node: str | None = None, eval_node: bool = False, name: str = "",
     emit: Any = print, coordinator: str | None = None, secret: bytes | None = None,
     tls: TlsFiles | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """What ``tfcoord submit --engine spark`` does: a Spark application running ``script``'s main_fun.
+) -> dict[str, Any] | None:  # fmt: skip
+    """What ``tfcoord submit --engine spark`` does: a Spark application running ``script``.
 
+    The script runs as ``__main__`` with ``argv``, the way ``spark-submit`` runs it: a
+    SparkContext it creates gets the master and settings given here. When its main block
+    ran no job itself, its ``main_fun(args, ctx)`` runs on ``num_executors`` nodes.
     ``master="local-standalone"`` starts a Spark standalone master and worker on this
-    machine for the job's lifetime. Returns the job's final status; emits progress lines.
+    machine for the job's lifetime. Returns the job's final status (None when the script
+    ended with ``sys.exit(0)`` before any job); emits progress lines.
+
+    Raises:
+        FileNotFoundError: no such script.
+        ScriptFailed: the script does not compile, or raised (its own traceback).
+        AttributeError: it defines no ``main_fun`` and ran no job.
     """
     import sys
     from pathlib import Path
 
+    from .script import compile_script, run_as_main
     from .standalone import LocalSparkCluster
 
-    main_fun = load_main_fun(script)
+    file, code = compile_script(script)  # a syntax error, before Spark takes seconds to start
     local = None
     if master == "local-standalone":
         emit(f"starting a local Spark standalone cluster ({num_executors} executors)")
@@ -691,16 +695,35 @@ def submit_script(
         "spark.ui.showConsoleProgress": "false",
         **(conf or {}),
     }
-    sc_conf = SparkConf().setMaster(master).setAppName(name or f"tfcoord {Path(script).name}")
-    for key, value in settings.items():
-        sc_conf.set(key, value)
+    app_name = name or f"tfcoord {Path(script).name}"
+    os.environ["PYSPARK_SUBMIT_ARGS"] = _submit_args(master, app_name, settings)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per gateway call otherwise
     handler = _ProgressHandler(emit)
     log.addHandler(handler)
     propagate, log.propagate = log.propagate, False  # shown once, through emit
-    sc = SparkContext(conf=sc_conf)
-    sc.setLogLevel("ERROR")
+    sc = None
     try:
+        started = _Started.count
+        module, exited = run_as_main(file, code, argv, passthrough=(JobFailed,))
+        if _Started.count > started and _Started.last is not None:
+            cluster = _Started.last  # the script's own main block ran its job
+            status = cluster.status or cluster.shutdown()
+            emit(f"job {status['job']} {status['state']}")
+            _emit_results(status, emit)
+            return status
+        if exited:
+            return None
+        main_fun = getattr(module, "main_fun", None)
+        if not callable(main_fun):
+            raise AttributeError(
+                f"{script} defines no main_fun(args, ctx) and its __main__ block started no job: define "
+                "main_fun, or call tfcoord.node.spark.run(sc, ...) (TFCluster.run) in the script"
+            )
+        sc_conf = SparkConf().setMaster(master).setAppName(app_name)
+        for key, value in settings.items():
+            sc_conf.set(key, value)
+        sc = SparkContext.getOrCreate(sc_conf)
+        sc.setLogLevel("ERROR")
         emit(f"Spark application {sc.applicationId} on {master}")
         cluster = run(sc, main_fun, argv, num_executors, num_ps, tensorboard=tensorboard, log_dir=log_dir,
                       reservation_timeout=reservation_timeout, master_node=master_node, eval_node=eval_node,
@@ -717,13 +740,7 @@ def submit_script(
             emit(f"job {status['job']} {status['state']}: {status['stop_reason'] or status['error']}")
             return status
         emit(f"job {status['job']} SUCCEEDED")
-        for n in status["nodes"]:
-            results = {k.removeprefix("result."): v for k, v in n["meta"].items() if k.startswith("result.")}
-            if results:
-                emit(
-                    f"  {n['role']}:{n['index']} on {n['host']}: "
-                    + " ".join(f"{k}={v}" for k, v in results.items())
-                )
+        _emit_results(status, emit)
         return status
     except JobFailed as e:
         emit(str(e))
@@ -731,9 +748,21 @@ def submit_script(
     finally:
         log.removeHandler(handler)
         log.propagate = propagate
-        sc.stop()
+        active = SparkContext._active_spark_context or sc  # the script's own, if it left one running
+        if active is not None:
+            active.stop()
         if local is not None:
             local.stop()
+
+
+def _emit_results(status: dict[str, Any], emit: Any) -> None:
+    for n in status["nodes"]:
+        results = {k.removeprefix("result."): v for k, v in n["meta"].items() if k.startswith("result.")}
+        if results:
+            emit(
+                f"  {n['role']}:{n['index']} on {n['host']}: "
+                + " ".join(f"{k}={v}" for k, v in results.items())
+            )
 
 
 class _ProgressHandler(logging.Handler):
