@@ -56,6 +56,55 @@ def test_submit_spark_explains_bad_usage(tmp_path):
     assert out.returncode == 2 and "give the Python script after --" in out.stderr
 
 
+SPARK_SUBMIT_STYLE = """
+import sys
+
+from pyspark import SparkConf, SparkContext
+
+from tfcoord.node.spark import run
+
+
+def main_fun(argv, ctx):
+    return {"argv": "+".join(argv), "index": ctx.task_index}
+
+
+if __name__ == "__main__":  # as spark-submit runs it: the script owns its SparkContext and job
+    sc = SparkContext(conf=SparkConf().setAppName("main-block"))
+    run(sc, main_fun, sys.argv[1:], 2, 0).shutdown()
+    print("main block ran on", sc.master, "with", sc.getConf().get("spark.cores.max"), "cores")
+"""
+
+
+def test_submit_spark_runs_the_script_as_main_like_spark_submit(tmp_path):
+    script = tmp_path / "own_main.py"
+    script.write_text(SPARK_SUBMIT_STYLE)
+    out = subprocess.run(
+        [sys.executable, "-m", "tfcoord", "submit", "--engine", "spark", "--num-executors", "2",
+         "--", "python", str(script), "--flag", "x"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"main block ran on spark://[\d.]+:\d+ with 2 cores", out.stdout), out.stdout
+    assert re.search(r"job \S+ SUCCEEDED", out.stderr)
+    assert sorted(re.findall(r"worker:(\d) on \S+: argv=--flag\+x", out.stderr)) == ["0", "1"], out.stderr[
+        -3000:
+    ]
+
+
+def test_submit_spark_shows_the_scripts_own_traceback_for_an_import_error(tmp_path):
+    script = tmp_path / "needs_missing.py"
+    script.write_text("import os\nimport no_such_module_here\n\n\ndef main_fun(argv, ctx):\n    pass\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "tfcoord", "submit", "--engine", "spark", "--num-executors", "1", "--", str(script)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert f'File "{script}", line 2, in <module>' in out.stderr
+    assert "ModuleNotFoundError: No module named 'no_such_module_here'" in out.stderr
+    assert "tfcoord/" not in out.stderr.split("Traceback", 1)[1].replace(str(script), "")
+    assert out.stderr.strip().splitlines()[-1].startswith(f"tfcoord: {script} failed")
+
+
 WAIT_FOR_STOP = """
 import time
 
