@@ -60,6 +60,7 @@ from tfcoord.client import (
     tls,
 )
 from tfcoord.client.progress import describe
+from tfcoord.client.vocab import TERMINAL_JOB, JobState
 from tfcoord.coordinator.state import KEEP_FINISHED_JOBS, KEEP_FINISHED_S
 
 log = logging.getLogger("tfcoord")
@@ -533,7 +534,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         print(json.dumps({**res, "job": args.job, "dry_run": args.dry_run}, indent=2, sort_keys=True))
         return 0
     verb = "would stop" if args.dry_run else "stopping"
-    if res["state"] in ("SUCCEEDED", "FAILED", "STOPPED"):
+    if res["state"] in TERMINAL_JOB:
         print(f"job {args.job} already ended {res['state']}; nothing to stop")
         return 0
     print(f"job {args.job} ({res['state']}): {verb} {len(res['nodes'])} node(s)")
@@ -643,7 +644,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if embedded is not None:
             embedded.stop()
     _print_final(args, status)
-    return 0 if status["state"] == "SUCCEEDED" else EXIT_FAILED
+    return 0 if status["state"] == JobState.SUCCEEDED else EXIT_FAILED
 
 
 def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
@@ -689,7 +690,7 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
     except ValueError as e:  # run()'s arguments: the cluster's shape
         raise UsageError(str(e)) from None
     _print_final(args, status)
-    return 0 if status is None or status["state"] == "SUCCEEDED" else EXIT_FAILED
+    return 0 if status is None or status["state"] == JobState.SUCCEEDED else EXIT_FAILED
 
 
 def _submit_mesos(args: argparse.Namespace) -> int:
@@ -746,10 +747,10 @@ def _submit_mesos(args: argparse.Namespace) -> int:
     finally:
         if embedded is not None:
             embedded.stop()
-    if status["state"] == "FAILED":
+    if status["state"] == JobState.FAILED:
         _emit(f"job {job} failed: {status['error']}")
     _print_final(args, status)
-    ok = status["state"] == "SUCCEEDED" or (mjob.server_mode and status["state"] == "STOPPED")
+    ok = status["state"] == JobState.SUCCEEDED or (mjob.server_mode and status["state"] == JobState.STOPPED)
     return 0 if ok else EXIT_FAILED
 
 

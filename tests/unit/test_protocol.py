@@ -35,6 +35,7 @@ from tfcoord.client.protocol import (
     encode_frame,
     encode_spec,
 )
+from tfcoord.client.vocab import FailureReason, NodeState
 
 #: Deterministic property runs: same examples every time, no example database on disk.
 FUZZ = settings(
@@ -500,7 +501,7 @@ BAD_FIELDS: list[tuple[m.Message, str, Any, str]] = [
     (AWAIT_JOB, "timeout_s", m.MAX_TIMEOUT_S + 1, "await_job.timeout_s is 604801"),
     (AWAIT_JOB, "timeout_s", "5", "await_job.timeout_s must be a number of seconds, not str"),
     (AWAIT_JOB, "timeout_s", False, "await_job.timeout_s must be a number of seconds, not bool"),
-    (REPORT, "state", "exploded", "report.state is 'exploded'; expected one of running"),
+    (REPORT, "state", "exploded", "report.state is 'exploded'; expected one of RUNNING"),
     (REPORT, "error", "e" * (m.MAX_ERROR_LEN + 1), "report.error is 65537 characters long"),
     (STOP, "dry_run", 1, "stop_job.dry_run must be true or false, not int"),
     (STOP, "reason", b"bytes", "stop_job.reason must be a string, not bytes"),
@@ -834,3 +835,19 @@ def test_the_journal_is_owner_only_inside_an_open_state_dir(tmp_path: Any) -> No
         journal.close()
     finally:
         os.umask(old)
+
+
+def test_report_states_travel_in_one_casing_and_older_lower_case_still_decodes() -> None:
+    report = m.Report(id=1, job="j", executor_id=0, attempt=0, state=NodeState.SUCCEEDED)
+    assert report.to_wire()["state"] == "SUCCEEDED" and type(report.to_wire()["state"]) is str
+    older = {**report.to_wire(), "state": "succeeded"}  # what nodes before the vocabulary sent
+    assert m.decode(older) == report and m.decode(older).state is NodeState.SUCCEEDED
+
+
+def test_a_stop_cause_is_a_failure_reason_and_defaults_to_a_requested_stop() -> None:
+    stop = m.StopJob(id=1, job="j", reason="Spark failed", cause=FailureReason.ENGINE_FAILED)
+    assert m.decode(stop.to_wire()) == stop
+    plain = {k: v for k, v in stop.to_wire().items() if k != "cause"}
+    assert m.decode(plain).cause is FailureReason.STOPPED  # type: ignore[attr-defined]
+    with pytest.raises(RemoteProtocolError, match=re.escape("stop_job.cause")):
+        m.decode({**stop.to_wire(), "cause": "node_lost"})

@@ -23,9 +23,10 @@ import pytest
 from tfcoord.client import messages as m
 from tfcoord.client import protocol
 from tfcoord.client.messages import JobSpec
-from tfcoord.client.protocol import decode_spec
+from tfcoord.client.protocol import decode_spec, pack
+from tfcoord.client.vocab import FailureReason
 from tfcoord.coordinator import state as s
-from tfcoord.coordinator.journal import FILENAME, SqliteJournal, StateDirError
+from tfcoord.coordinator.journal import FILENAME, SqliteJournal, StateDirError, decode_event, encode_event
 from tfcoord.coordinator.state import (
     JOB_TRANSITIONS,
     NODE_TRANSITIONS,
@@ -613,7 +614,7 @@ def test_a_resent_terminal_report_gets_the_same_answer(h: Harness) -> None:
     assert h.report(0, "failed", error="boom").result == first
     err = h.report(0, "succeeded").error
     assert err.code == "already_terminal"
-    assert "is already FAILED; it cannot become succeeded" in err.message
+    assert "is already FAILED; it cannot become SUCCEEDED" in err.message
 
 
 def test_a_failure_without_text_still_says_so(h: Harness) -> None:
@@ -1140,6 +1141,7 @@ STATUS_KEYS = {
     "ended_at",
     "error",
     "stop_reason",
+    "reason",
     "registered",
     "missing",
     "nodes",
@@ -1866,3 +1868,79 @@ def test_removed_waits_leave_the_timer_heap(h: Harness) -> None:
     assert len(h.state._waits) == 0
     assert len(h.state._timers) <= 2 * s.STALE_TIMER_SLACK + 16
     h.state.validate()
+
+
+# -- failure reasons ----------------------------------------------------------------------
+# Why a job did not succeed is data (``reason``), so no caller searches its error text.
+
+
+def _reason(h: Harness) -> str:
+    status = h.status()
+    assert status["reason"] == h.state.brief("j")["reason"] == h.job().reason
+    return status["reason"]
+
+
+def test_a_running_job_has_no_failure_reason(h: Harness) -> None:
+    h.run()
+    assert _reason(h) == FailureReason.NONE == ""
+
+
+def test_a_node_failure_is_the_reason(h: Harness) -> None:
+    h.run()
+    h.report(1, "failed", error="Traceback ...\nValueError: boom")
+    assert _reason(h) == FailureReason.NODE_FAILED
+
+
+def test_a_node_that_stops_unasked_is_a_node_failure(h: Harness) -> None:
+    h.run()
+    h.report(0, "stopped")
+    assert _reason(h) == FailureReason.NODE_FAILED
+
+
+def test_a_lost_node_is_the_reason(h: Harness) -> None:
+    h.run()
+    h.tick(T0 + 1000)
+    assert _reason(h) == FailureReason.NODE_LOST
+
+
+def test_a_reservation_timeout_is_the_reason_and_is_logged_as_data(h: Harness) -> None:
+    h.submit(spec(("worker", 2), reservation_timeout_s=60.0))
+    effects = h.tick(T0 + 60)
+    assert _reason(h) == FailureReason.RESERVATION_TIMEOUT
+    [failed] = [e for e in effects if isinstance(e, s.Log) and e.state == J.FAILED and not e.node]
+    assert failed.reason == FailureReason.RESERVATION_TIMEOUT
+
+
+def test_a_restart_after_the_cluster_formed_is_the_reason(h: Harness) -> None:
+    h.run()
+    h.register(0, attempt=1)
+    assert _reason(h) == FailureReason.MEMBERSHIP_CHANGED
+
+
+def test_an_engine_giving_up_is_the_reason(h: Harness) -> None:
+    h.submit()
+    h.handle(s.EngineJobFailed(now=T0 + 1, job="j", reason="no offer can ever fit"))
+    assert _reason(h) == FailureReason.ENGINE_FAILED
+
+
+def test_a_stop_carries_its_cause_through_the_journal(h: Harness) -> None:
+    h.run()
+    h._call(
+        DRIVER,
+        lambda w: s.StopJobEvent(
+            now=T0 + 1, job="j", reason="the Spark job failed", cause=FailureReason.ENGINE_FAILED, waiter=w
+        ),
+    )
+    assert _reason(h) == FailureReason.ENGINE_FAILED
+    [stop] = [e for e in h.journal if isinstance(e, s.StopJobEvent)]
+    assert decode_event(*encode_event(stop)) == stop
+    # A journal written before stops had a cause replays as a requested stop.
+    legacy = pack({"job": "j", "reason": "enough", "now": T0})
+    assert decode_event("StopJobEvent", legacy).cause is FailureReason.STOPPED
+    assert replay(h.journal, now=T0 + 2).jobs["j"].reason == FailureReason.ENGINE_FAILED
+
+
+def test_a_plain_stop_is_the_reason(h: Harness) -> None:
+    h.run()
+    h.stop()
+    assert _reason(h) == FailureReason.STOPPED

@@ -43,6 +43,7 @@ from typing import Any
 
 from tfcoord.client import DriverClient
 from tfcoord.client.client import check_outcome
+from tfcoord.client.vocab import NodeState
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 from tfcoord.coordinator.mesos import driver as mesos
 from tfcoord.coordinator.mesos.config import FORCE_PULL_ENV, FetchUri, MesosConfig, Volume
@@ -133,7 +134,7 @@ class Cluster:
             need = self._mjob.slot(n["executor_id"])
             port = str(n["port"]) if n.get("port") else None
             out[n["task_id"]] = Task(n["task_id"], n["role"], n["index"], n.get("host"), port, n["state"],
-                                     n["state"] == "RUNNING", need.cpus, need.mem, need.gpus)  # fmt: skip
+                                     n["state"] == NodeState.RUNNING, need.cpus, need.mem, need.gpus)  # fmt: skip
         return out
 
     @property

@@ -20,6 +20,7 @@ from .errors import (
     Unreachable,
 )
 from .messages import JobSpec, make_roles
+from .vocab import ErrorCode, FailureReason, JobState, NodeState
 
 #: One version for the four distributions (tfcoord-client, tfcoord-node,
 #: tfcoord-coordinator, tfcoord): they are released together.
@@ -32,11 +33,15 @@ __all__ = [
     "ConnectionClosed",
     "DeadlineExceeded",
     "DriverClient",
+    "ErrorCode",
+    "FailureReason",
     "JobFailed",
     "JobSpec",
+    "JobState",
     "JobStopped",
     "LocalProtocolError",
     "NodeClient",
+    "NodeState",
     "ProtocolError",
     "RemoteProtocolError",
     "RequestRejected",

@@ -43,6 +43,7 @@ from .errors import (
     Unreachable,
 )
 from .protocol import CLOSED, NEED_DATA, Connection, decode_spec
+from .vocab import FATAL_REFUSALS, TRANSIENT_CLOSES, ErrorCode, FailureReason, JobState
 
 log = logging.getLogger("tfcoord.client")
 
@@ -109,10 +110,6 @@ class _Refused(Exception):
 
 class _ClosedIdle(ConnectionClosed):
     """The coordinator closed a connection that sat idle (or stalled mid-frame): reconnect."""
-
-
-#: Connection-level errors after which the same requests on a new connection will succeed.
-_TRANSIENT_CLOSES = frozenset({"idle_timeout", "frame_timeout"})
 
 
 @dataclass
@@ -256,7 +253,7 @@ class Client:
             sock.sendall(conn.send(hello))
             answer = _recv_one(sock, conn)
             if isinstance(answer, m.Error):
-                if answer.code in ("auth_failed", "version_mismatch"):
+                if answer.code in FATAL_REFUSALS:
                     raise AuthenticationFailed(answer.message)
                 raise ConnectionClosed(f"coordinator refused the connection: {answer.code}: {answer.message}")
             if not isinstance(answer, m.Welcome):
@@ -429,7 +426,7 @@ class Client:
 
     def _deliver(self, msg: m.Message) -> None:
         if isinstance(msg, m.Error) and msg.id is None:
-            if msg.code in _TRANSIENT_CLOSES:
+            if msg.code in TRANSIENT_CLOSES:
                 raise _ClosedIdle(f"coordinator closed the connection: {msg.code}: {msg.message}")
             raise _Refused(f"coordinator closed the connection: {msg.code}: {msg.message}")
         rid = getattr(msg, "id", None)
@@ -608,7 +605,7 @@ class DriverClient(Client):
                 lambda i: m.AwaitJob(id=i, job=job, timeout_s=timeout_s), timeout_s + REPLY_SLACK_S
             )
         except RequestRejected as e:
-            if e.code == "timeout":
+            if e.code == ErrorCode.TIMEOUT:
                 raise DeadlineExceeded(e.message) from None
             raise
         status = dict(reply.result)  # type: ignore[attr-defined]
@@ -616,17 +613,28 @@ class DriverClient(Client):
             check_outcome(status)
         return status
 
-    def stop(self, job: str, reason: str = "stop requested", *, dry_run: bool = False) -> dict[str, Any]:
-        """Ask every node of a job to stop; the job ends STOPPED once they acknowledge."""
-        reply = self.request(lambda i: m.StopJob(id=i, job=job, reason=reason, dry_run=dry_run))
+    def stop(
+        self,
+        job: str,
+        reason: str = "stop requested",
+        *,
+        dry_run: bool = False,
+        cause: FailureReason = FailureReason.STOPPED,
+    ) -> dict[str, Any]:
+        """Ask every node of a job to stop; the job ends STOPPED once they acknowledge.
+
+        ``reason`` says why to people; ``cause`` to programs (the job's ``reason`` once
+        stopped): a stop someone asked for, or the engine running the nodes giving up.
+        """
+        reply = self.request(lambda i: m.StopJob(id=i, job=job, reason=reason, dry_run=dry_run, cause=cause))
         return dict(reply.result)  # type: ignore[attr-defined]
 
 
 def check_outcome(status: Mapping[str, Any]) -> None:
     """Raise JobFailed / JobStopped for a terminal status that is not SUCCEEDED."""
-    if status["state"] == "FAILED":
+    if status["state"] == JobState.FAILED:
         raise JobFailed(status["job"], f"job {status['job']} failed: {status['error']}", dict(status))
-    if status["state"] == "STOPPED":
+    if status["state"] == JobState.STOPPED:
         raise JobStopped(
             status["job"], f"job {status['job']} was stopped: {status['stop_reason']}", dict(status)
         )
@@ -719,7 +727,7 @@ class NodeClient(Client):
             reply = self.request(lambda i: m.AwaitCluster(id=i, timeout_s=timeout_s, **self._ids()),
                                  timeout_s + REPLY_SLACK_S)  # fmt: skip
         except RequestRejected as e:
-            if e.code == "timeout":
+            if e.code == ErrorCode.TIMEOUT:
                 raise DeadlineExceeded(e.message) from None
             raise
         assert isinstance(reply, m.ClusterReply)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from .vocab import REPORT_STATES, STOP_CAUSES, FailureReason, NodeState
 
 #: Bumped on any incompatible change; the handshake refuses a mismatch.
 PROTOCOL_VERSION = 1
@@ -53,7 +54,7 @@ ROLE_ORDER = ("ps", "chief", "master", "evaluator", "worker")
 #: Roles of which a cluster holds at most one task.
 SINGLETON_ROLES = frozenset({"chief", "master", "evaluator"})
 CLIENT_ROLES = ("node", "driver", "admin")
-NODE_REPORT_STATES = ("running", "succeeded", "failed", "stopped")
+NODE_REPORT_STATES = REPORT_STATES
 
 
 # -- field checks ------------------------------------------------------------------------
@@ -136,7 +137,7 @@ def _blob(v: Any) -> None:
         raise ValueError("must be bytes")
 
 
-def _choice(options: tuple[str, ...]) -> Callable[[Any], None]:
+def _choice(options: tuple[str, ...] | frozenset[str]) -> Callable[[Any], None]:
     def check(v: Any) -> None:
         if v not in options:
             raise ValueError(f"is {v!r}; expected one of {', '.join(options)}")
@@ -343,6 +344,8 @@ _WIRE_AS_IS = frozenset({str, int, float, bool, bytes, type(None)})
 
 
 def _to_wire_value(v: Any) -> Any:
+    if isinstance(v, str):  # an enum of the vocabulary: its value, a plain string
+        return str.__str__(v)
     if isinstance(v, JobSpec):
         return v.to_wire()
     if isinstance(v, tuple):
@@ -452,8 +455,17 @@ class WatchJob(Request):
 class StopJob(Request):
     op: ClassVar[str] = "stop_job"
     job: str = _f(_ident)
+    #: For people: why the job stops (shown as its ``stop_reason``).
     reason: str = _f(_text(MAX_TEXT_LEN))
     dry_run: bool = _f(_bool, default=False)
+    #: For programs: a stop requested by someone (``stopped``) or forced by the engine
+    #: running the nodes giving up (``engine_failed``); the job's ``reason`` once stopped.
+    cause: FailureReason = field(default=FailureReason.STOPPED, metadata={"check": _choice(STOP_CAUSES)})
+
+    def __post_init__(self) -> None:
+        if type(self.cause) is str and self.cause in STOP_CAUSES:
+            object.__setattr__(self, "cause", FailureReason(self.cause))
+        super().__post_init__()
 
 
 @dataclass(frozen=True)
@@ -502,9 +514,17 @@ class AwaitCluster(NodeRequest):
 @dataclass(frozen=True)
 class Report(NodeRequest):
     op: ClassVar[str] = "report"
-    state: str = _f(_choice(NODE_REPORT_STATES), default="running")
+    state: NodeState = field(default=NodeState.RUNNING, metadata={"check": _choice(REPORT_STATES)})
     error: str = _f(_text(MAX_ERROR_LEN), default="")
     meta: Mapping[str, str | int | float] = _f(_meta, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if type(self.state) is str:
+            # Nodes before the vocabulary reported in lower case ("running"): the same states.
+            upper = self.state.upper()
+            if upper in REPORT_STATES:
+                object.__setattr__(self, "state", NodeState(upper))
+        super().__post_init__()
 
 
 @dataclass(frozen=True)

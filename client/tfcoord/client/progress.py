@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .client import DriverClient
+from .vocab import FORMED_JOB, RESERVING_JOB, TERMINAL_JOB, NodeState
 
 #: Each watch waits at most this long on the server before coming back to check the
 #: caller's own deadline; progress itself arrives the moment the job changes.
@@ -17,17 +18,17 @@ def describe(status: dict[str, Any]) -> str:
     still missing."""
     state, size, reg = status["state"], status["size"], status["registered"]
     line = f"job {status['job']} {state}"
-    if state in ("SUBMITTED", "RESERVING"):
+    if state in RESERVING_JOB:
         line += f": registered {reg}/{size}"
         missing = [m.split(":", 2)[0] + ":" + m.split(":", 2)[1].split(" ")[0] for m in status["missing"]]
         count = status.get("missing_count", len(missing))
         if missing:
             shown = ", ".join(missing[:8]) + (f" and {count - 8} more" if count > 8 else "")
             line += f" (waiting for {shown})"
-    elif state in ("READY", "RUNNING"):
+    elif state in FORMED_JOB:
         running = status.get("running")
         if running is None:
-            running = sum(1 for n in status["nodes"] if n["state"] == "RUNNING")
+            running = sum(1 for n in status["nodes"] if n["state"] == NodeState.RUNNING)
         line += f": {running}/{size} nodes running"
     return line
 
@@ -47,5 +48,5 @@ def follow(driver: DriverClient, job: str, emit: Callable[[str], None], timeout_
         if line != last:
             emit(line)
             last = line
-        if status["state"] in ("SUCCEEDED", "FAILED", "STOPPED") or left <= 0:
+        if status["state"] in TERMINAL_JOB or left <= 0:
             return driver.status(job)

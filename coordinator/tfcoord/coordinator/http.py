@@ -43,6 +43,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from tfcoord.client import __version__, auth
 from tfcoord.client import messages as m
+from tfcoord.client.vocab import ErrorCode
 
 from . import state as s
 from .logsafe import protect
@@ -128,7 +129,12 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
 # -- middlewares --------------------------------------------------------------------------
 
 #: Reasons for aiohttp's own HTTP exceptions (routing, methods, sizes), as stable codes.
-_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+_HTTP_CODES = {
+    400: ErrorCode.BAD_REQUEST,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    413: ErrorCode.TOO_LARGE,
+}
 
 
 @web.middleware
@@ -141,7 +147,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        code = _HTTP_CODES.get(e.status, "http_error")
+        code = _HTTP_CODES.get(e.status, ErrorCode.HTTP_ERROR)
         if e.status == 404:
             message = f"no such path: {request.path} (the API is described at /v1/openapi.json)"
         elif e.status == 405:
@@ -154,7 +160,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(e.status, code, message, keep)
     except Exception:
         log.exception("HTTP %s %s failed", request.method, request.path)
-        return _error(500, "internal_error", "the coordinator failed to answer this request; see its log")
+        return _error(
+            500, ErrorCode.INTERNAL_ERROR, "the coordinator failed to answer this request; see its log"
+        )
 
 
 def _bearer_ok(request: web.Request, token: bytes) -> bool:
@@ -175,7 +183,7 @@ def _auth_middleware(token: bytes, metrics: CoordinatorMetrics) -> Any:
             return await handler(request)
         metrics.http_auth_failures += 1
         why = "a wrong bearer token" if scheme.lower() == "bearer" else "no bearer token"
-        return _error(401, "unauthorized", f"this request carries {why}; send 'Authorization: Bearer "
+        return _error(401, ErrorCode.UNAUTHORIZED, f"this request carries {why}; send 'Authorization: Bearer "
                       "<token>' with the token from the coordinator's --http-token-file",
                       {"WWW-Authenticate": 'Bearer realm="tfcoord"'})  # fmt: skip
 
@@ -209,18 +217,18 @@ def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
     if unknown:
         expect = ", ".join(sorted(allowed)) or "none"
         raise ApiError(
-            400, "bad_request", f"unknown query parameter(s) {', '.join(unknown)}; expected: {expect}"
+            400, ErrorCode.BAD_REQUEST, f"unknown query parameter(s) {', '.join(unknown)}; expected: {expect}"
         )
     for key in request.query:
         if len(request.query.getall(key)) > 1:
-            raise ApiError(400, "bad_request", f"query parameter {key} is given more than once")
+            raise ApiError(400, ErrorCode.BAD_REQUEST, f"query parameter {key} is given more than once")
     return dict(request.query)
 
 
 def _job_id(request: web.Request) -> str:
     job = request.match_info["job"]
     if len(job) > m.MAX_ID_LEN or not m.ID_RE.fullmatch(job):
-        raise ApiError(400, "bad_request", f"{job[:m.MAX_ID_LEN]!r} is not a job id: job ids are letters, "
+        raise ApiError(400, ErrorCode.BAD_REQUEST, f"{job[:m.MAX_ID_LEN]!r} is not a job id: job ids are letters, "
                        f"digits, '.', '_' or '-', at most {m.MAX_ID_LEN} characters")  # fmt: skip
     return job
 
@@ -228,7 +236,9 @@ def _job_id(request: web.Request) -> str:
 def _job(server: CoordinatorServer, job_id: str) -> s.Job:
     job = server.state.jobs.get(job_id)
     if job is None:
-        raise ApiError(404, "unknown_job", f"no job {job_id!r} on this coordinator; GET /v1/jobs lists them")
+        raise ApiError(
+            404, ErrorCode.UNKNOWN_JOB, f"no job {job_id!r} on this coordinator; GET /v1/jobs lists them"
+        )
     return job
 
 
@@ -283,7 +293,7 @@ class _Api:
             wanted = {v.strip().upper() for v in q["state"].split(",") if v.strip()}
             bad = sorted(wanted - _JOB_STATES)
             if bad or not wanted:
-                raise ApiError(400, "bad_request", f"unknown job state(s) {', '.join(bad) or '(empty)'}; "
+                raise ApiError(400, ErrorCode.BAD_REQUEST, f"unknown job state(s) {', '.join(bad) or '(empty)'}; "
                                f"expected one or more of {', '.join(st.value for st in s.JobState)}")  # fmt: skip
         jobs = self.server.state.summary()
         if wanted is not None:
@@ -316,7 +326,9 @@ class _Api:
         if "since" in q:  # malformed input is a 400 whether or not the job exists
             if not q["since"].isdigit() or len(q["since"]) > 12:
                 raise ApiError(
-                    400, "bad_request", f"since must be a non-negative event number, not {q['since'][:40]!r}"
+                    400,
+                    ErrorCode.BAD_REQUEST,
+                    f"since must be a non-negative event number, not {q['since'][:40]!r}",
                 )
             since = int(q["since"])
         job = _job(self.server, job_id)

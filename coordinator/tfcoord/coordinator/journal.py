@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from tfcoord.client import messages as m
 from tfcoord.client.protocol import pack, unpack
+from tfcoord.client.vocab import FailureReason
 
 from . import state as s
 
@@ -82,7 +83,7 @@ def encode_event(ev: s.Event) -> tuple[str, bytes]:
     elif isinstance(ev, (s.RegisterNode, s.ReportNode, s.HeartbeatNode)):
         body = {"req": ev.req.to_wire()}
     elif isinstance(ev, s.StopJobEvent):
-        body = {"job": ev.job, "reason": ev.reason}
+        body = {"job": ev.job, "reason": ev.reason, "cause": ev.cause.value}
     elif isinstance(ev, s.NodeLost):
         body = {"job": ev.job, "executor_id": ev.executor_id, "attempt": ev.attempt, "reason": ev.reason}
     elif isinstance(ev, s.ReservationExpired):
@@ -110,7 +111,9 @@ def decode_event(kind: str, data: bytes) -> s.Event:
     if kind == "HeartbeatNode":
         return s.HeartbeatNode(now=now, req=m.decode(b["req"]))  # type: ignore[arg-type]
     if kind == "StopJobEvent":
-        return s.StopJobEvent(now=now, job=b["job"], reason=b["reason"])
+        # Journals written before stops had a cause hold only requested stops.
+        cause = FailureReason(b.get("cause", FailureReason.STOPPED))
+        return s.StopJobEvent(now=now, job=b["job"], reason=b["reason"], cause=cause)
     if kind == "NodeLost":
         return s.NodeLost(
             now=now, job=b["job"], executor_id=b["executor_id"], attempt=b["attempt"], reason=b["reason"]

@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tfcoord.client import __version__
+from tfcoord.client.vocab import TERMINAL_JOB, FailureReason, JobState, NodeState
 
 from . import state as s
 
@@ -46,13 +47,13 @@ COMMIT_BUCKETS_S = (0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 #: Reasons of ``tfcoord_failures_total``: a node reported failure (or stopped unasked), a
 #: node was declared lost (no heartbeat, connection gone, engine said so), or a job's
 #: reservation deadline passed with slots still missing.
-FAILURE_REASONS = ("node_failed", "node_lost", "reservation_timeout")
-_NODE_FAILURE = {s.NodeState.FAILED.value: "node_failed", s.NodeState.LOST.value: "node_lost"}
+FAILURE_REASONS = (FailureReason.NODE_FAILED, FailureReason.NODE_LOST, FailureReason.RESERVATION_TIMEOUT)
+_NODE_FAILURE = {NodeState.FAILED: FailureReason.NODE_FAILED, NodeState.LOST: FailureReason.NODE_LOST}
 #: Job states after which a job that was READY will never report RUNNING.
-_READINESS_OVER = frozenset({s.JobState.STOPPING.value} | {st.value for st in s.TERMINAL_JOB})
+_READINESS_OVER = frozenset({JobState.STOPPING} | TERMINAL_JOB)
 
-JOB_STATES = tuple(st.value for st in s.JobState)
-NODE_STATES = tuple(st.value for st in s.NodeState)
+JOB_STATES = tuple(JobState)
+NODE_STATES = tuple(NodeState)
 
 #: The Prometheus text exposition format, version 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -171,28 +172,27 @@ class CoordinatorMetrics:
 
     def on_effects(self, event: s.Event, effects: Sequence[s.Effect]) -> None:
         for eff in effects:
-            if isinstance(eff, s.Log):
-                if eff.state:
-                    self._state_change(eff, event.now)
-            elif isinstance(eff, s.Journal) and isinstance(eff.event, s.ReservationExpired):
-                self.failures.labels("reservation_timeout").inc()
+            if isinstance(eff, s.Log) and eff.state:
+                self._state_change(eff, event.now)
 
     def on_commit(self, seconds: float) -> None:
         self.commit_seconds.observe(seconds)
 
     def _state_change(self, eff: s.Log, now: float) -> None:
         if eff.node:
-            if eff.state == s.NodeState.REGISTERED.value:
+            if eff.state == NodeState.REGISTERED:
                 self.registrations.inc()
             elif eff.state in _NODE_FAILURE:
                 self.failures.labels(_NODE_FAILURE[eff.state]).inc()
             return
-        if eff.state == s.JobState.READY.value:
+        if eff.state == JobState.FAILED and eff.reason == FailureReason.RESERVATION_TIMEOUT:
+            self.failures.labels(FailureReason.RESERVATION_TIMEOUT).inc()
+        if eff.state == JobState.READY:
             job = self.server.state.jobs.get(eff.job)
             if job is not None:
                 self.reservation_seconds.observe(max(0.0, now - job.submitted_at))
             self._ready_at[eff.job] = now
-        elif eff.state == s.JobState.RUNNING.value:
+        elif eff.state == JobState.RUNNING:
             ready = self._ready_at.pop(eff.job, None)
             if ready is not None:
                 self.readiness_seconds.observe(max(0.0, now - ready))

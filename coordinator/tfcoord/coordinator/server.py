@@ -33,6 +33,7 @@ from tfcoord.client import auth
 from tfcoord.client import messages as m
 from tfcoord.client.errors import LocalProtocolError, ProtocolError
 from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, ClusterReplyFrames, Connection
+from tfcoord.client.vocab import ErrorCode
 
 from . import state as s
 from .journal import Journal, MemoryJournal
@@ -233,12 +234,12 @@ class _Peer(asyncio.Protocol):
         cfg = srv.config
         if srv.unauthenticated >= cfg.max_unauthenticated:
             srv.rejected_connections += 1
-            self.fail("too_many_connections", f"{cfg.max_unauthenticated} connections are in their "
+            self.fail(ErrorCode.TOO_MANY_CONNECTIONS, f"{cfg.max_unauthenticated} connections are in their "
                       "handshake already; try again later")  # fmt: skip
             return
         if srv.unauthenticated_from.get(self.source, 0) >= cfg.max_unauthenticated_per_source:
             srv.rejected_connections += 1
-            self.fail("too_many_connections", f"{cfg.max_unauthenticated_per_source} connections from "
+            self.fail(ErrorCode.TOO_MANY_CONNECTIONS, f"{cfg.max_unauthenticated_per_source} connections from "
                       f"{self.source} are in their handshake already; try again later")  # fmt: skip
             return
         self._count_unauth(+1)
@@ -266,7 +267,7 @@ class _Peer(asyncio.Protocol):
             # Answer the valid requests this read carried before the bad frame first: their
             # effects are queued for the next flush, which would find the connection closed.
             self.server.flush_now()
-            self.fail("protocol_error", f"{e}; closing the connection")
+            self.fail(ErrorCode.PROTOCOL_ERROR, f"{e}; closing the connection")
             return
         if self.closing:
             return
@@ -318,14 +319,14 @@ class _Peer(asyncio.Protocol):
         now = self._loop.time()
         deadlines = []
         if self.role is None:
-            deadlines.append((self._connected_at + cfg.handshake_timeout_s, "handshake_timeout",
+            deadlines.append((self._connected_at + cfg.handshake_timeout_s, ErrorCode.HANDSHAKE_TIMEOUT,
                               f"no hello within {cfg.handshake_timeout_s:g} s"))  # fmt: skip
         if self._frame_started is not None:
-            deadlines.append((self._frame_started + cfg.frame_timeout_s, "frame_timeout",
+            deadlines.append((self._frame_started + cfg.frame_timeout_s, ErrorCode.FRAME_TIMEOUT,
                               f"a frame stayed incomplete for {cfg.frame_timeout_s:g} s "
                               f"({self.proto.buffered} bytes received)"))  # fmt: skip
         elif self.role is not None and self.pending == 0:
-            deadlines.append((self.idle_since + cfg.idle_timeout_s, "idle_timeout",
+            deadlines.append((self.idle_since + cfg.idle_timeout_s, ErrorCode.IDLE_TIMEOUT,
                               f"nothing sent and nothing pending for {cfg.idle_timeout_s:g} s"))  # fmt: skip
         for when, code, message in deadlines:
             if now >= when:
@@ -358,7 +359,7 @@ class _Peer(asyncio.Protocol):
         self._count_unauth(-1)
         if srv.authenticated >= srv.config.max_connections:
             srv.rejected_connections += 1
-            self.fail("too_many_connections", f"the coordinator holds its maximum of "
+            self.fail(ErrorCode.TOO_MANY_CONNECTIONS, f"the coordinator holds its maximum of "
                       f"{srv.config.max_connections} connections; try again later")  # fmt: skip
             return False
         srv.authenticated += 1
@@ -396,11 +397,11 @@ class _Peer(asyncio.Protocol):
         log.warning("reply %s to %s not sent: %s", msg.op, self.peername, e)
         if rid is None:
             return b""
-        return self.proto.send(m.Error(id=rid, code="too_large", message=(
+        return self.proto.send(m.Error(id=rid, code=ErrorCode.TOO_LARGE, message=(
             f"the answer to this request is too large for one frame ({e}); ask for less "
             "(one job's status instead of all, or the HTTP API's /v1/jobs/JOB/events pages)")))  # fmt: skip
 
-    def fail(self, code: str, message: str) -> None:
+    def fail(self, code: ErrorCode, message: str) -> None:
         """Send a connection-level error frame and close."""
         if self.closing or self.transport is None:
             return
@@ -449,7 +450,7 @@ class CoordinatorServer:
             m.Submit: lambda p, r, now: s.SubmitJob(now=now, job=r.job, spec=r.spec, waiter=(p.id, r.id)),
             m.AwaitJob: lambda p, r, now: s.AwaitJobEvent(now=now, req=r, waiter=(p.id, r.id)),
             m.WatchJob: lambda p, r, now: s.AwaitJobEvent(now=now, req=r, waiter=(p.id, r.id)),
-            m.StopJob: lambda p, r, now: s.StopJobEvent(now=now, job=r.job, reason=r.reason,
+            m.StopJob: lambda p, r, now: s.StopJobEvent(now=now, job=r.job, reason=r.reason, cause=r.cause,
                                                         dry_run=r.dry_run, waiter=(p.id, r.id)),
             m.Status: lambda p, r, now: s.StatusEvent(now=now, job=r.job, waiter=(p.id, r.id)),
             m.Register: lambda p, r, now: s.RegisterNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
@@ -513,19 +514,19 @@ class CoordinatorServer:
             self._hello(peer, msg)
             return
         if not isinstance(msg, m.Request):
-            peer.fail("protocol_error", f"a client may not send {msg.op!r} frames")
+            peer.fail(ErrorCode.PROTOCOL_ERROR, f"a client may not send {msg.op!r} frames")
             return
         if type(msg) not in m.ALLOWED_OPS[peer.role]:
-            peer.write(m.Error(id=msg.id, code="forbidden", message=(
+            peer.write(m.Error(id=msg.id, code=ErrorCode.FORBIDDEN, message=(
                 f"op {msg.op!r} is not allowed for a {peer.role} connection")))  # fmt: skip
             return
         job = getattr(msg, "job", None)
         if peer.role == "node" and job != peer.job:
-            peer.write(m.Error(id=msg.id, code="forbidden", message=(
+            peer.write(m.Error(id=msg.id, code=ErrorCode.FORBIDDEN, message=(
                 f"this connection is authenticated for job {peer.job} only, not {job}")))  # fmt: skip
             return
         if peer.pending >= MAX_PENDING_PER_CONNECTION:
-            peer.write(m.Error(id=msg.id, code="too_many_requests", message=(
+            peer.write(m.Error(id=msg.id, code=ErrorCode.TOO_MANY_REQUESTS, message=(
                 f"{MAX_PENDING_PER_CONNECTION} requests are already pending on this connection")))  # fmt: skip
             return
         if (
@@ -533,7 +534,7 @@ class CoordinatorServer:
             and msg.spec.engine in COORDINATOR_ENGINES
             and msg.spec.engine not in self.engines
         ):
-            peer.write(m.Error(id=msg.id, code="no_engine", message=(
+            peer.write(m.Error(id=msg.id, code=ErrorCode.NO_ENGINE, message=(
                 f"this coordinator does not run the {msg.spec.engine} engine; start it with that engine "
                 f"configured (for Mesos: MESOS_MASTER set for tfcoord serve), or submit without "
                 f"TFCOORD_ADDRESS to use an embedded coordinator")))  # fmt: skip
@@ -543,15 +544,15 @@ class CoordinatorServer:
 
     def _hello(self, peer: _Peer, msg: m.Message) -> None:
         if not isinstance(msg, m.Hello):
-            peer.fail("protocol_error", f"the first message must be hello, not {msg.op}")
+            peer.fail(ErrorCode.PROTOCOL_ERROR, f"the first message must be hello, not {msg.op}")
             return
         if msg.version != m.PROTOCOL_VERSION:
-            peer.fail("version_mismatch", f"client speaks protocol version {msg.version}, this "
+            peer.fail(ErrorCode.VERSION_MISMATCH, f"client speaks protocol version {msg.version}, this "
                       f"coordinator {m.PROTOCOL_VERSION}; install matching tfcoord versions")  # fmt: skip
             return
         if msg.role == "node":
             if not msg.job:
-                peer.fail("auth_failed", "a node must name its job in hello")
+                peer.fail(ErrorCode.AUTH_FAILED, "a node must name its job in hello")
                 return
             key = auth.job_token(self.config.secret, msg.job)
             what = f"the job token of {msg.job}"
@@ -560,7 +561,7 @@ class CoordinatorServer:
             what = "the coordinator secret"
         if not auth.verify(auth.client_proof(key, peer.nonce, msg.role, msg.job), msg.proof):
             self.auth_failures += 1
-            peer.fail("auth_failed", f"authentication failed for a {msg.role} connection: the proof "
+            peer.fail(ErrorCode.AUTH_FAILED, f"authentication failed for a {msg.role} connection: the proof "
                       f"does not match {what}. Check the secret file (TFCOORD_SECRET_FILE)"
                       + (", and that the token belongs to this job" if msg.role == "node" else ""))  # fmt: skip
             return

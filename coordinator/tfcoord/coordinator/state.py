@@ -23,39 +23,18 @@ code and a message that says what to do.
 
 from __future__ import annotations
 
-import enum
 import heapq
 import itertools
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from tfcoord.client import messages as m
 from tfcoord.client.protocol import encode_spec
+from tfcoord.client.vocab import TERMINAL_JOB, TERMINAL_NODE, ErrorCode, FailureReason, JobState, NodeState
 
 # -- life cycles --------------------------------------------------------------------------
-
-
-class JobState(enum.Enum):
-    SUBMITTED = "SUBMITTED"
-    RESERVING = "RESERVING"
-    READY = "READY"
-    RUNNING = "RUNNING"
-    STOPPING = "STOPPING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    STOPPED = "STOPPED"
-
-
-class NodeState(enum.Enum):
-    REGISTERED = "REGISTERED"
-    READY = "READY"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    LOST = "LOST"
-    STOPPED = "STOPPED"
 
 
 J, N = JobState, NodeState
@@ -65,26 +44,22 @@ JOB_TRANSITIONS: dict[JobState, dict[str, JobState]] = {
     J.RESERVING: {"complete": J.READY, "fail": J.FAILED, "stop": J.STOPPING},
     J.READY: {"run": J.RUNNING, "succeed": J.SUCCEEDED, "fail": J.FAILED, "stop": J.STOPPING},
     J.RUNNING: {"succeed": J.SUCCEEDED, "fail": J.FAILED, "stop": J.STOPPING},
-    J.STOPPING: {"stopped": J.STOPPED, "fail": J.FAILED},
+    J.STOPPING: {"all_stopped": J.STOPPED, "fail": J.FAILED},
     J.SUCCEEDED: {},
     J.FAILED: {},
     J.STOPPED: {},
 }
 
-_LIVE_NODE = {"ready": N.READY, "running": N.RUNNING, "succeeded": N.SUCCEEDED,
-              "failed": N.FAILED, "lost": N.LOST, "stopped": N.STOPPED}  # fmt: skip
-NODE_TRANSITIONS: dict[NodeState, dict[str, NodeState]] = {
-    N.REGISTERED: dict(_LIVE_NODE),
-    N.READY: {k: v for k, v in _LIVE_NODE.items() if k != "ready"},
-    N.RUNNING: {k: v for k, v in _LIVE_NODE.items() if k not in ("ready", "running")},
-    N.SUCCEEDED: {},
-    N.FAILED: {},
-    N.LOST: {},
-    N.STOPPED: {},
+#: A node's events are named by the state they lead to (it reports RUNNING, it is found
+#: LOST). Its states only move forward along this order, skipping some at will (a node
+#: that fails while REGISTERED ends FAILED): each state's row is the states after it.
+_NODE_ORDER = (N.REGISTERED, N.READY, N.RUNNING)
+_NODE_ENDS = (N.SUCCEEDED, N.FAILED, N.LOST, N.STOPPED)
+NODE_TRANSITIONS: dict[NodeState, dict[NodeState, NodeState]] = {
+    **{st: {e: e for e in _NODE_ORDER[i + 1 :] + _NODE_ENDS} for i, st in enumerate(_NODE_ORDER)},
+    **{st: {} for st in _NODE_ENDS},
 }
 
-TERMINAL_JOB = frozenset({J.SUCCEEDED, J.FAILED, J.STOPPED})
-TERMINAL_NODE = frozenset({N.SUCCEEDED, N.FAILED, N.LOST, N.STOPPED})
 #: Roles whose success is the job's success; ps and evaluator serve them and are then stopped.
 FINISHING_ROLES = frozenset({"chief", "master", "worker"})
 #: The longest error message an Error frame may carry (see ``messages.Error``): longer
@@ -126,11 +101,14 @@ class InvalidTransition(RuntimeError):
     """A state change the life-cycle tables forbid: a bug in this module, never bad input."""
 
 
-def _next(table: Mapping[Any, Mapping[str, Any]], state: Any, event: str) -> Any:
+_S = TypeVar("_S", JobState, NodeState)
+
+
+def _next(table: Mapping[_S, Mapping[Any, _S]], state: _S, event: str) -> _S:
     try:
         return table[state][event]
     except KeyError:
-        raise InvalidTransition(f"{event!r} is not allowed in state {state.name}") from None
+        raise InvalidTransition(f"'{event}' is not allowed in state {state}") from None
 
 
 # -- events (inputs) ----------------------------------------------------------------------
@@ -200,6 +178,8 @@ class StopJobEvent(Event):
     reason: str
     dry_run: bool = False
     waiter: Waiter | None = None
+    #: The job's ``reason`` once it stops: requested, or forced by its engine giving up.
+    cause: FailureReason = FailureReason.STOPPED
 
 
 @dataclass(frozen=True)
@@ -293,6 +273,8 @@ class Log:
     #: The new state's value (a JobState or, with ``node``, a NodeState), or "" when the
     #: line is not a state change.
     state: str = ""
+    #: With a job's FAILED or STOPPED: why (the job's ``reason``).
+    reason: FailureReason = FailureReason.NONE
 
 
 @dataclass(frozen=True)
@@ -393,6 +375,8 @@ class Job:
     ended_at: float | None = None
     error: str = ""
     stop_reason: str = ""
+    #: Why the job failed or stopped, as data (``error`` and ``stop_reason`` say it to people).
+    reason: FailureReason = FailureReason.NONE
     #: Slots holding a node (kept, not counted, so a registration costs O(1)).
     filled: int = 0
     #: Nodes now in a slot, by state (kept for the same reason: every "are all nodes ..."
@@ -550,7 +534,7 @@ class CoordinatorState:
             "state": job.state.value, "version": job.version, "size": job.spec.size,
             "roles": [[r, c] for r, c in job.spec.roles], "labels": dict(job.spec.labels),
             "submitted_at": job.submitted_at, "ended_at": job.ended_at,
-            "error": job.error, "stop_reason": job.stop_reason,
+            "error": job.error, "stop_reason": job.stop_reason, "reason": job.reason.value,
             "registered": job.filled,
             "missing": [self._describe_missing(job, s) for s in job.missing()],
             "nodes": [n.snapshot() for n in job.nodes()],
@@ -571,7 +555,7 @@ class CoordinatorState:
             "job": job.id, "name": job.spec.name, "engine": job.spec.engine,
             "state": job.state.value, "version": job.version, "size": job.spec.size,
             "submitted_at": job.submitted_at, "ended_at": job.ended_at,
-            "error": job.error, "stop_reason": job.stop_reason,
+            "error": job.error, "stop_reason": job.stop_reason, "reason": job.reason.value,
             "registered": job.filled, "running": job.in_state.get(N.RUNNING, 0),
             "missing": [self._describe_missing(job, s) for s in shown],
             "missing_count": job.spec.size - job.filled, "brief": True,
@@ -665,7 +649,7 @@ class CoordinatorState:
         if waiter is not None:
             self._send(waiter, m.Reply(id=waiter[1], result=result))
 
-    def _error(self, waiter: Waiter | None, code: str, message: str) -> None:
+    def _error(self, waiter: Waiter | None, code: ErrorCode, message: str) -> None:
         if waiter is not None:
             self._send(waiter, m.Error(id=waiter[1], code=code, message=clip(message, MAX_MESSAGE_LEN)))
 
@@ -676,7 +660,10 @@ class CoordinatorState:
     def _timeline_cap(job: Job) -> int:
         return TIMELINE_BASE + TIMELINE_PER_SLOT * job.spec.size
 
-    def _note(self, job: Job, now: float, text: str, node: str = "", state: str = "") -> None:
+    def _note(
+        self, job: Job, now: float, text: str, node: str = "", state: str = "",
+        reason: FailureReason = FailureReason.NONE,
+    ) -> None:  # fmt: skip
         job.events.append((now, text))
         cap = self._timeline_cap(job)
         if len(job.events) > cap:
@@ -685,7 +672,7 @@ class CoordinatorState:
             del job.events[:cut]
             job.events_dropped += cut
         job.version += 1
-        self._effects.append(Log(job.id, text, node, state))
+        self._effects.append(Log(job.id, text, node, state, reason))
 
     def _timer(self, when: float, key: tuple[Any, ...]) -> None:
         heapq.heappush(self._timers, (when, next(self._seq), key))
@@ -776,14 +763,14 @@ class CoordinatorState:
     def _job_or_error(self, job_id: str, waiter: Waiter | None) -> Job | None:
         job = self.jobs.get(job_id)
         if job is None:
-            self._error(waiter, "unknown_job", f"no job {job_id!r} on this coordinator; "
+            self._error(waiter, ErrorCode.UNKNOWN_JOB, f"no job {job_id!r} on this coordinator; "
                         "check the job id (tfcoord status lists them)")  # fmt: skip
         return job
 
     def _set_job(self, job: Job, event: str, now: float) -> None:
         new = _next(JOB_TRANSITIONS, job.state, event)
         old, job.state = job.state, new
-        self._note(job, now, f"job {old.value} -> {new.value}", state=new.value)
+        self._note(job, now, f"job {old.value} -> {new.value}", state=new.value, reason=job.reason)
         if new in TERMINAL_JOB:
             job.ended_at = now
             self._finished.append(job.id)
@@ -819,8 +806,8 @@ class CoordinatorState:
         if node.state == N.SUCCEEDED and job.decides(node.role):
             job.decided += delta
 
-    def _set_node(self, job: Job, node: Node, event: str, now: float, detail: str = "") -> None:
-        new = _next(NODE_TRANSITIONS, node.state, event)
+    def _set_node(self, job: Job, node: Node, new: NodeState, now: float, detail: str = "") -> None:
+        new = _next(NODE_TRANSITIONS, node.state, new)
         self._count(job, node, -1)
         node.state = new
         self._count(job, node, +1)
@@ -907,7 +894,7 @@ class CoordinatorState:
             if existing.spec == ev.spec:  # a driver resending after a reconnect
                 self._reply(ev.waiter, job=ev.job, state=existing.state.value, created=False)
             else:
-                self._error(ev.waiter, "job_exists", f"job {ev.job!r} already exists with a "
+                self._error(ev.waiter, ErrorCode.JOB_EXISTS, f"job {ev.job!r} already exists with a "
                             "different spec; pick another job id")  # fmt: skip
             return
         job = Job(
@@ -921,10 +908,10 @@ class CoordinatorState:
         self._timer(ev.now + ev.spec.reservation_timeout_s, ("reserve", job.id))
         self._reply(ev.waiter, job=ev.job, state=job.state.value, created=True)
 
-    def _fail_job(self, job: Job, now: float, error: str) -> None:
+    def _fail_job(self, job: Job, now: float, reason: FailureReason, error: str) -> None:
         if job.terminal:
             return
-        job.error = error
+        job.error, job.reason = error, reason
         self._set_job(job, "fail", now)
         self._job_ended(job, now)
 
@@ -938,10 +925,10 @@ class CoordinatorState:
         """A job that fails or stops before its cluster forms never will: say so to its waiters."""
         for w in self._job_waits(job.id, "cluster"):
             self._pop_wait(w)
-            self._error(w, "job_" + job.state.value.lower(),
+            self._error(w, ErrorCode.job_is(job.state),
                         f"job {job.id} is {job.state.value}: {job.error or job.stop_reason}")  # fmt: skip
 
-    def _refuse_node_waits(self, job: Job, node: Node, code: str, message: str) -> None:
+    def _refuse_node_waits(self, job: Job, node: Node, code: ErrorCode, message: str) -> None:
         for w in self._node_waits(job.id, "cluster", node.executor_id):
             wait = self._waits[w]
             if wait.attempt == node.attempt:
@@ -985,8 +972,9 @@ class CoordinatorState:
         if job.terminal or ev.dry_run or job.state == J.STOPPING:
             self._reply(ev.waiter, state=job.state.value, **result)
             return
-        self._journal(StopJobEvent(now=ev.now, job=ev.job, reason=ev.reason))
+        self._journal(StopJobEvent(now=ev.now, job=ev.job, reason=ev.reason, cause=ev.cause))
         job.stop_reason = ev.reason or "stop requested"
+        job.reason = ev.cause
         self._set_job(job, "stop", ev.now)
         self._refuse_cluster_waits(job)
         self._maybe_stopped(job, ev.now)
@@ -996,7 +984,7 @@ class CoordinatorState:
 
     def _maybe_stopped(self, job: Job, now: float) -> None:
         if job.state == J.STOPPING and job.live_nodes() == 0:
-            self._set_job(job, "stopped", now)
+            self._set_job(job, "all_stopped", now)
             self._job_ended(job, now)
 
     def _maybe_succeeded(self, job: Job, now: float) -> None:
@@ -1014,7 +1002,7 @@ class CoordinatorState:
         self._journal(ev)
         lines = [f"  - {line}" for line in self._missing_lines(job)]
         self._fail_job(
-            job, ev.now,
+            job, ev.now, FailureReason.RESERVATION_TIMEOUT,
             f"reservation timed out after {job.spec.reservation_timeout_s:g} s: "
             f"{job.spec.size - job.filled} of {job.spec.size} slots not filled:\n" + "\n".join(lines),
         )  # fmt: skip
@@ -1035,11 +1023,11 @@ class CoordinatorState:
             return None
         node = self._node(job, executor_id)
         if node is None:
-            self._error(waiter, "not_registered", f"executor {executor_id} of job {job_id} is not "
+            self._error(waiter, ErrorCode.NOT_REGISTERED, f"executor {executor_id} of job {job_id} is not "
                         "registered; call register first")  # fmt: skip
             return None
         if node.attempt != attempt:
-            self._error(waiter, "stale_attempt", f"executor {executor_id} of job {job_id} is now "
+            self._error(waiter, ErrorCode.STALE_ATTEMPT, f"executor {executor_id} of job {job_id} is now "
                         f"attempt {node.attempt}; attempt {attempt} was superseded and must exit")  # fmt: skip
             return None
         return job, node
@@ -1050,12 +1038,12 @@ class CoordinatorState:
         if job is None:
             return
         if job.terminal or job.state == J.STOPPING:
-            self._error(ev.waiter, "job_" + job.state.value.lower(),
+            self._error(ev.waiter, ErrorCode.job_is(job.state),
                         f"job {job.id} is {job.state.value} and takes no registrations: "
                         f"{job.error or job.stop_reason}")  # fmt: skip
             return
         if r.executor_id >= len(job.slots):
-            self._error(ev.waiter, "bad_slot", f"executor {r.executor_id} is out of range: job {job.id} "
+            self._error(ev.waiter, ErrorCode.BAD_SLOT, f"executor {r.executor_id} is out of range: job {job.id} "
                         f"has {len(job.slots)} slots (executors 0..{len(job.slots) - 1})")  # fmt: skip
             return
         slot = job.slots[r.executor_id]
@@ -1071,22 +1059,22 @@ class CoordinatorState:
                     self._reply(ev.waiter, **self._registration(job, cur))
                     return
                 if cur.live:
-                    self._error(ev.waiter, "duplicate",
+                    self._error(ev.waiter, ErrorCode.DUPLICATE,
                                 f"slot {cur.name} of job {job.id} is already held by {cur.describe()}; "
                                 f"two live nodes claim executor {r.executor_id} (is the executor id unique? "
                                 "check that no other driver or application submits under this job id)")  # fmt: skip
                     return
-                self._error(ev.waiter, "already_terminal", f"{cur.describe()} already ended "
+                self._error(ev.waiter, ErrorCode.ALREADY_TERMINAL, f"{cur.describe()} already ended "
                             f"{cur.state.value}; a new attempt must use a higher attempt number")  # fmt: skip
                 return
             elif r.attempt < cur.attempt:
-                self._error(ev.waiter, "stale_attempt", f"executor {r.executor_id} of job {job.id} is "
+                self._error(ev.waiter, ErrorCode.STALE_ATTEMPT, f"executor {r.executor_id} of job {job.id} is "
                             f"already at attempt {cur.attempt}; attempt {r.attempt} must exit")  # fmt: skip
                 return
             elif job.state in (J.SUBMITTED, J.RESERVING) and self._holds(job, cur, ev.now):
                 # Only a holder that is gone (disconnected, lost, silent) may be replaced: a
                 # token holder must not take over a slot a live node is serving from.
-                self._error(ev.waiter, "slot_held",
+                self._error(ev.waiter, ErrorCode.SLOT_HELD,
                             f"slot {cur.name} of job {job.id} is held by {cur.describe()}, which is "
                             f"connected and heartbeating; attempt {r.attempt} may take it over only once "
                             "that node has exited (its connection closed) or stopped heartbeating")  # fmt: skip
@@ -1094,19 +1082,19 @@ class CoordinatorState:
             elif job.state not in (J.SUBMITTED, J.RESERVING):
                 # A TensorFlow cluster cannot change membership once its spec is out.
                 self._journal(RegisterNode(now=ev.now, req=r))
-                self._fail_job(job, ev.now,
+                self._fail_job(job, ev.now, FailureReason.MEMBERSHIP_CHANGED,
                                f"{cur.describe()} was restarted as attempt {r.attempt} on host {r.host} "
                                "after the cluster was formed; a TensorFlow cluster cannot change "
                                "membership, so the job fails (resubmit it)")  # fmt: skip
-                self._error(ev.waiter, "job_failed", job.error)
+                self._error(ev.waiter, ErrorCode.JOB_FAILED, job.error)
                 return
         newest = max((h.attempt for h in slot.history), default=-1)
         if cur is None and r.attempt < newest:
-            self._error(ev.waiter, "stale_attempt", f"executor {r.executor_id} of job {job.id} already "
+            self._error(ev.waiter, ErrorCode.STALE_ATTEMPT, f"executor {r.executor_id} of job {job.id} already "
                         f"had attempt {newest}; attempt {r.attempt} must exit")  # fmt: skip
             return
         if slot.attempts >= MAX_ATTEMPTS_PER_SLOT and (cur is None or r.attempt != cur.attempt):
-            self._error(ev.waiter, "too_many_attempts",
+            self._error(ev.waiter, ErrorCode.TOO_MANY_ATTEMPTS,
                         f"slot {slot.role}:{slot.index} of job {job.id} was already taken by "
                         f"{slot.attempts} attempts (at most {MAX_ATTEMPTS_PER_SLOT}); something restarts "
                         "this task in a loop: look at its earlier errors (tfcoord status)")  # fmt: skip
@@ -1115,7 +1103,7 @@ class CoordinatorState:
         gpu_clash = [(g, o) for g, o in gpu_clash if o is not None and o != r.executor_id]
         if gpu_clash:
             g, oe = gpu_clash[0]
-            self._error(ev.waiter, "gpu_conflict",
+            self._error(ev.waiter, ErrorCode.GPU_CONFLICT,
                         f"GPU {g} on host {r.host} is already claimed by executor {oe} of this job; "
                         "give each node its own GPU (Spark: spark.task.resource.gpu.amount, "
                         "or set CUDA_VISIBLE_DEVICES per executor)")  # fmt: skip
@@ -1123,10 +1111,13 @@ class CoordinatorState:
         self._journal(RegisterNode(now=ev.now, req=r))
         if cur is not None:  # a newer attempt, or a replacement for a lost node
             if cur.live:
-                self._set_node(job, cur, "stopped", ev.now, f"superseded by attempt {r.attempt}")
+                self._set_node(job, cur, N.STOPPED, ev.now, f"superseded by attempt {r.attempt}")
                 cur.error = f"superseded by attempt {r.attempt}"
                 self._refuse_node_waits(
-                    job, cur, "stale_attempt", f"{cur.describe()} was superseded by attempt {r.attempt}"
+                    job,
+                    cur,
+                    ErrorCode.STALE_ATTEMPT,
+                    f"{cur.describe()} was superseded by attempt {r.attempt}",
                 )
             self._remember(slot, cur)
             self._count(job, cur, -1)
@@ -1178,7 +1169,7 @@ class CoordinatorState:
         self._set_job(job, "complete", now)
         for node in job.nodes():
             if node.state == N.REGISTERED:
-                self._set_node(job, node, "ready", now)
+                self._set_node(job, node, N.READY, now)
         for w in self._job_waits(job.id, "cluster"):
             wait = self._pop_wait(w)
             assert wait is not None
@@ -1186,7 +1177,7 @@ class CoordinatorState:
             if node is not None and node.attempt == wait.attempt:
                 self._send(w, m.ClusterReply(id=w[1], role=node.role, index=node.index, spec=job.spec_blob))
             else:
-                self._error(w, "stale_attempt", f"executor {wait.executor_id} attempt {wait.attempt} "
+                self._error(w, ErrorCode.STALE_ATTEMPT, f"executor {wait.executor_id} attempt {wait.attempt} "
                             "was replaced before the cluster formed")  # fmt: skip
 
     def _await_cluster(self, ev: AwaitClusterEvent) -> None:
@@ -1202,12 +1193,10 @@ class CoordinatorState:
                 m.ClusterReply(id=ev.waiter[1], role=node.role, index=node.index, spec=job.spec_blob),
             )
         elif job.terminal or job.state == J.STOPPING:
-            self._error(ev.waiter, "job_" + job.state.value.lower(),
+            self._error(ev.waiter, ErrorCode.job_is(job.state),
                         f"job {job.id} is {job.state.value}: {job.error or job.stop_reason}")  # fmt: skip
         elif not node.live:
-            self._error(
-                ev.waiter, "node_" + node.state.value.lower(), f"{node.describe()} is {node.state.value}"
-            )
+            self._error(ev.waiter, ErrorCode.node_is(node.state), f"{node.describe()} is {node.state.value}")
         else:
             self._add_wait(
                 ev.waiter, _Wait("cluster", job.id, ev.now + r.timeout_s, r.executor_id, r.attempt)
@@ -1223,42 +1212,42 @@ class CoordinatorState:
             self._bind(job, node, ev.conn)
             node.last_seen = ev.now
         if not node.live:
-            if node.state.value.lower() == r.state:  # the same report resent: same answer
+            if node.state == r.state:  # the same report resent: same answer
                 self._reply(ev.waiter, state=node.state.value, job_state=job.state.value)
             else:
-                self._error(ev.waiter, "already_terminal",
-                            f"{node.describe()} is already {node.state.value}; it cannot become {r.state}")  # fmt: skip
+                self._error(ev.waiter, ErrorCode.ALREADY_TERMINAL,
+                            f"{node.describe()} is already {node.state.value}; it cannot become {r.state.value}")  # fmt: skip
             return
-        if r.state == "running" and job.spec_blob is None:
-            self._error(ev.waiter, "not_ready", f"{node.describe()} cannot run before the cluster "
+        if r.state == N.RUNNING and job.spec_blob is None:
+            self._error(ev.waiter, ErrorCode.NOT_READY, f"{node.describe()} cannot run before the cluster "
                         "is complete; call await_cluster first")  # fmt: skip
             return
-        if r.state == "running" and node.state == N.RUNNING:
+        if r.state == N.RUNNING and node.state == N.RUNNING:
             if self._update_meta(job, node, r.meta):
                 self._journal(ReportNode(now=ev.now, req=r))
             self._reply(ev.waiter, state=node.state.value, job_state=job.state.value)
             return
         self._journal(ReportNode(now=ev.now, req=r))
         self._update_meta(job, node, r.meta)
-        if r.state == "running":
-            self._set_node(job, node, "running", ev.now)
+        if r.state == N.RUNNING:
+            self._set_node(job, node, N.RUNNING, ev.now)
             if job.state == J.READY and not job.in_state.get(N.REGISTERED) and not job.in_state.get(N.READY):
                 self._set_job(job, "run", ev.now)
-        elif r.state == "succeeded":
-            self._set_node(job, node, "succeeded", ev.now)
+        elif r.state == N.SUCCEEDED:
+            self._set_node(job, node, N.SUCCEEDED, ev.now)
             self._maybe_succeeded(job, ev.now)
             self._maybe_stopped(job, ev.now)
-        elif r.state == "failed":
+        elif r.state == N.FAILED:
             node.error = r.error if r.error.strip() else "failed without an error message"
-            self._set_node(job, node, "failed", ev.now, node.error.strip().splitlines()[-1][:200])
+            self._set_node(job, node, N.FAILED, ev.now, node.error.strip().splitlines()[-1][:200])
             self._node_down(job, node, ev.now, f"{node.describe()} failed:\n{node.error}")
         else:  # stopped
             if job.stopping() or self._must_stop(job, node):
-                self._set_node(job, node, "stopped", ev.now)
+                self._set_node(job, node, N.STOPPED, ev.now)
                 self._maybe_stopped(job, ev.now)
             else:
                 node.error = r.error if r.error.strip() else "stopped although no stop was requested"
-                self._set_node(job, node, "failed", ev.now, node.error)
+                self._set_node(job, node, N.FAILED, ev.now, node.error)
                 self._node_down(job, node, ev.now, f"{node.describe()} stopped unasked: {node.error}")
         self._wake_stops(job)
         self._wake_watchers(job)
@@ -1276,7 +1265,9 @@ class CoordinatorState:
             slot.node = None
             job.filled -= 1
             self._count(job, node, -1)
-            self._refuse_node_waits(job, node, "node_lost", f"{node.describe()} was LOST: {node.error}")
+            self._refuse_node_waits(
+                job, node, ErrorCode.NODE_LOST, f"{node.describe()} was LOST: {node.error}"
+            )
             return
         if self._tolerated(job, node):
             self._maybe_succeeded(job, now)
@@ -1284,7 +1275,8 @@ class CoordinatorState:
         if job.state == J.STOPPING and node.state == N.LOST:
             self._maybe_stopped(job, now)
             return
-        self._fail_job(job, now, error)
+        why = FailureReason.NODE_LOST if node.state == N.LOST else FailureReason.NODE_FAILED
+        self._fail_job(job, now, why, error)
 
     def _must_stop(self, job: Job, node: Node) -> bool:
         if job.stopping():
@@ -1316,7 +1308,7 @@ class CoordinatorState:
             if self._update_meta(job, node, r.meta):
                 self._journal(HeartbeatNode(now=ev.now, req=r))
         elif node is None or node.attempt < r.attempt:
-            self._error(ev.waiter, "not_registered", f"executor {r.executor_id} attempt {r.attempt} "
+            self._error(ev.waiter, ErrorCode.NOT_REGISTERED, f"executor {r.executor_id} attempt {r.attempt} "
                         f"of job {job.id} is not registered; register first")  # fmt: skip
             return
         self._reply(ev.waiter, **self._stop_answer(job, node, r.attempt))
@@ -1392,15 +1384,18 @@ class CoordinatorState:
             if node is None:
                 if not job.stopping():
                     self._fail_job(
-                        job, ev.now, f"{name} (executor {ev.executor_id}) never registered: {what}"
+                        job,
+                        ev.now,
+                        FailureReason.NODE_FAILED,
+                        f"{name} (executor {ev.executor_id}) never registered: {what}",
                     )
             elif node.live:
                 node.error = what
                 if job.stopping():  # it was told to stop; the engine ending its task is how it did
-                    self._set_node(job, node, "stopped", ev.now, what)
+                    self._set_node(job, node, N.STOPPED, ev.now, what)
                     self._maybe_stopped(job, ev.now)
                 else:
-                    self._set_node(job, node, "failed", ev.now, what)
+                    self._set_node(job, node, N.FAILED, ev.now, what)
                     self._node_down(job, node, ev.now, f"{node.describe()} failed: {what}")
                 self._wake_stops(job)
         self._wake_watchers(job)
@@ -1410,7 +1405,7 @@ class CoordinatorState:
         if job is None or job.terminal:
             return
         self._journal(ev)
-        self._fail_job(job, ev.now, ev.reason)
+        self._fail_job(job, ev.now, FailureReason.ENGINE_FAILED, ev.reason)
 
     # -- time and connections ------------------------------------------------------------
 
@@ -1484,14 +1479,14 @@ class CoordinatorState:
         job = self.jobs.get(wait.job)
         if wait.kind == "cluster" and job is not None:
             missing = "; ".join(self._missing_lines(job))
-            self._error(waiter, "timeout", f"cluster of job {job.id} not complete before the deadline; "
+            self._error(waiter, ErrorCode.TIMEOUT, f"cluster of job {job.id} not complete before the deadline; "
                         f"still missing: {missing}")  # fmt: skip
         elif wait.kind == "stop" and job is not None:
             self._reply(waiter, stop=False, reason="", job_state=job.state.value)
         elif wait.kind == "watch" and job is not None:
             self._reply(waiter, **(self.brief(job.id) if wait.brief else self.status(job.id)))
         elif job is not None:
-            self._error(waiter, "timeout", f"job {job.id} is still {job.state.value} at the deadline")
+            self._error(waiter, ErrorCode.TIMEOUT, f"job {job.id} is still {job.state.value} at the deadline")
 
     def _node_lost(self, ev: NodeLost) -> None:
         job = self.jobs.get(ev.job)
@@ -1502,7 +1497,7 @@ class CoordinatorState:
             NodeLost(now=ev.now, job=ev.job, executor_id=ev.executor_id, attempt=ev.attempt, reason=ev.reason)
         )
         node.error = ev.reason
-        self._set_node(job, node, "lost", ev.now, ev.reason)
+        self._set_node(job, node, N.LOST, ev.now, ev.reason)
         self._node_down(job, node, ev.now, f"{node.describe()} was lost: {ev.reason}")
         self._wake_stops(job, ev.executor_id)  # its slot may have been freed
         self._wake_stops(job)

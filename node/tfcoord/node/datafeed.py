@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfcoord.client import auth
+from tfcoord.client.vocab import ErrorCode
 
 from . import feedwire as fw
 from .feedqueue import FeedQueue
@@ -207,7 +208,7 @@ class FeedServer:
             self._failed = error
             conns = list(self._conns.values())
         frame = fw.encode(
-            "error", code="node_failed", message=_tail(f"map_fun on {self.node} failed:\n{error}")
+            "error", code=ErrorCode.NODE_FAILED, message=_tail(f"map_fun on {self.node} failed:\n{error}")
         )
         for c in conns:
             c.send(frame)
@@ -249,7 +250,7 @@ class FeedServer:
             hello = fw.read_frame(f)
             refused = self._check_hello(hello, nonce)
             if refused:
-                sock.sendall(fw.encode("error", code="refused", message=refused))
+                sock.sendall(fw.encode("error", code=ErrorCode.REFUSED, message=refused))
                 return
             assert hello is not None
             if hello["kind"] == "eof":
@@ -262,7 +263,7 @@ class FeedServer:
                 return
             with self._cond:
                 if self._failed:
-                    early = fw.encode("error", code="node_failed",
+                    early = fw.encode("error", code=ErrorCode.NODE_FAILED,
                                       message=_tail(f"map_fun on {self.node} failed:\n{self._failed}"))  # fmt: skip
                 elif self._stopped:
                     early = fw.encode("stop", reason=self._stopped)
@@ -373,7 +374,7 @@ class FeedServer:
                             f"for {idle:.1f} s")  # fmt: skip
                     message = (f"feed_timeout ({timeout:g} s): {self.node} {what}; is map_fun reading "
                                f"ctx.get_data_feed(qname_in={qname!r}) until should_stop()?")  # fmt: skip
-                    frame = fw.encode("error", code="feed_timeout", message=message)
+                    frame = fw.encode("error", code=ErrorCode.FEED_TIMEOUT, message=message)
                     for c in conns:
                         q.drop(c.pid)
                         del self._conns[c.pid]

@@ -54,6 +54,10 @@ from .tlsfiles import TlsFiles
 MAX_RESULT_ENTRIES = 16
 #: Roles that serve the others and are stopped when training ends.
 SERVING_ROLES = ("ps", "evaluator")
+#: Node metadata: the TensorBoard URL (pushed once it answers) and map_fun's results
+#: (``result.NAME``, from the dictionary it returns), shown in the node's status.
+TENSORBOARD_META = "tensorboard_url"
+RESULT_META = "result."
 #: A fed node told to stop first stops its feed, so map_fun sees should_stop() and can
 #: finish (save a model); it is terminated if it has not returned after this long.
 FEED_STOP_GRACE_S = 10.0
@@ -117,7 +121,7 @@ def result_meta(value: Any) -> dict[str, str | int | float]:
             and isinstance(v, (str, int, float))
             and not isinstance(v, bool)
         ):
-            out[f"result.{k}"[:64]] = v if not isinstance(v, str) else v[:1000]
+            out[f"{RESULT_META}{k}"[:64]] = v if not isinstance(v, str) else v[:1000]
     return out
 
 
@@ -204,7 +208,7 @@ class ForkedFunction(Child):
             meta[feedwire.FEED_META] = self._feed_address
         if self.spec.tensorboard and _tensorboard_role(self.spec, self.executor_id):
             self._board = TensorBoard(self._logdir, host, int(os.environ.get("TENSORBOARD_PORT", "0") or 0),
-                                      on_url=lambda url: client.heartbeat(meta={"tensorboard_url": url}))  # fmt: skip
+                                      on_url=lambda url: client.heartbeat(meta={TENSORBOARD_META: url}))  # fmt: skip
             meta["tensorboard_pid"] = self._board.proc.pid
         return meta
 

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tfcoord.client.vocab import ErrorCode
+
 from . import feedwire as fw
 
 
@@ -52,7 +54,7 @@ def _handshake(sock: socket.socket, f: Any, plan: FeedPlan, target: FeedTarget, 
             f"{target.node} at {target.address} closed the feed connection during the handshake"
         )
     if reply["op"] == "error":
-        if reply.get("code") == "node_failed":
+        if reply.get("code") == ErrorCode.NODE_FAILED:
             raise fw.FeedError(str(reply.get("message", "")))
         raise fw.FeedError(f"{target.node} refused the feed: {reply.get('message', '')}")
     return reply

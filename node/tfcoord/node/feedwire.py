@@ -48,6 +48,7 @@ import msgpack
 from tfcoord.client import auth
 from tfcoord.client.errors import RemoteProtocolError, TfcoordError
 from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, unpack
+from tfcoord.client.vocab import ErrorCode
 
 #: Bumped on any incompatible change of the feed wire.
 FEED_VERSION = 1
@@ -337,7 +338,7 @@ class FeederState:
             self.stopped = str(frame.get("reason", "")) or "the node takes no more data"
         elif op == "error":
             message = str(frame.get("message", ""))
-            if frame.get("code") == "feed_timeout":
+            if frame.get("code") == ErrorCode.FEED_TIMEOUT:
                 raise FeedTimeout(message)
             raise FeedError(f"{self.node} (queue {self.qname!r}): {message}")
         elif op != "keepalive":

@@ -17,6 +17,7 @@ from typing import IO
 
 from tfcoord.client import DriverClient, JobSpec
 from tfcoord.client.progress import follow
+from tfcoord.client.vocab import JobState
 
 from .runner import TOKEN_ENV
 
@@ -66,7 +67,7 @@ def run_local(
             t.start()
             pumps.append(t)
         status = follow(driver, job, emit, spec.reservation_timeout_s + 7 * 24 * 3600.0)
-        if status["state"] != "SUCCEEDED":  # say why at once; stopping the nodes may take seconds
+        if status["state"] != JobState.SUCCEEDED:  # say why at once; stopping the nodes may take seconds
             emit(status["error"] or status["stop_reason"])
     except BaseException:
         try:  # interrupted: stop the nodes rather than orphan them

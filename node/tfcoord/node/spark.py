@@ -20,6 +20,7 @@ from typing import Any
 
 from tfcoord.client import DriverClient, JobFailed, JobSpec, TfcoordError, auth, make_roles
 from tfcoord.client.progress import WATCH_SLICE_S, describe
+from tfcoord.client.vocab import FORMED_JOB, LIVE_NODE, TERMINAL_JOB, FailureReason, JobState, NodeState
 
 from . import feedwire
 from .executor import NodeSpec, run_node, spark_partition
@@ -40,9 +41,7 @@ STOP_WAIT_S = 15.0
 #: driver raises the node's traceback rather than Spark's summary of the feeder's error.
 FEED_FAILURE_SETTLE_S = 10.0
 #: Job states in which a fed cluster still takes data.
-FEEDING_STATES = ("READY", "RUNNING")
-TERMINAL_STATES = ("SUCCEEDED", "FAILED", "STOPPED")
-LIVE_NODE_STATES = ("REGISTERED", "READY", "RUNNING")
+FEEDING_STATES = FORMED_JOB
 #: ``train(rdd, num_epochs=0)`` feeds this many epochs: TensorFlowOnSpark's choice for an
 #: unspecified count, kept so its code trains the same amount unchanged.
 DEFAULT_EPOCHS = 10
@@ -191,7 +190,11 @@ class SparkCluster:
                 self.spark_error = e
                 # Wake everyone waiting on the job: the nodes that are up are told to stop.
                 try:
-                    self.driver.stop(self.job, f"the Spark job running the nodes failed: {_spark_summary(e)}")
+                    self.driver.stop(
+                        self.job,
+                        f"the Spark job running the nodes failed: {_spark_summary(e)}",
+                        cause=FailureReason.ENGINE_FAILED,
+                    )
                 except TfcoordError:
                     pass
 
@@ -216,10 +219,10 @@ class SparkCluster:
             if (line := describe(st)) != last:
                 log.info("%s", line)
                 last = line
-            if st["state"] in ("READY", "RUNNING", "SUCCEEDED"):
+            if st["state"] in FORMED_JOB or st["state"] == JobState.SUCCEEDED:
                 self.status = st
                 return
-            if st["state"] in ("FAILED", "STOPPING", "STOPPED"):
+            if st["state"] in (JobState.FAILED, JobState.STOPPING, JobState.STOPPED):
                 self.status = st
                 raise self._failure(st)
             if time.monotonic() > deadline:
@@ -239,7 +242,7 @@ class SparkCluster:
             left = deadline - time.monotonic()
             st = self.driver.watch(self.job, version, max(0.0, min(WATCH_SLICE_S, left)))
             version = st["version"]
-            if st["state"] in TERMINAL_STATES or left <= 0:
+            if st["state"] in TERMINAL_JOB or left <= 0:
                 return st
             if (line := describe(st)) != last:
                 emit(line)
@@ -247,9 +250,9 @@ class SparkCluster:
 
     def _failure(self, st: dict[str, Any]) -> JobFailed:
         msg = f"job {self.job} {st['state']}: {st['error'] or st['stop_reason']}"
-        if "reservation timed out" in st["error"]:
+        if st["reason"] == FailureReason.RESERVATION_TIMEOUT:
             msg += "\n" + RESERVATION_HINTS
-        if self.spark_error is not None and "Spark job" in (st["stop_reason"] or ""):
+        if self.spark_error is not None and st["reason"] == FailureReason.ENGINE_FAILED:
             msg += f"\nSpark error: {_spark_summary(self.spark_error)}"
         return JobFailed(self.job, msg, st)
 
@@ -268,7 +271,7 @@ class SparkCluster:
                 if n["meta"].get("tensorboard_url"):
                     return str(n["meta"]["tensorboard_url"])
             version = st["version"]
-            if st["state"] in ("SUCCEEDED", "FAILED", "STOPPED") or time.monotonic() >= deadline:
+            if st["state"] in TERMINAL_JOB or time.monotonic() >= deadline:
                 return None
 
     def shutdown(self, ssc: Any = None, grace_secs: float = 0, timeout: float = 259200) -> dict[str, Any]:
@@ -300,8 +303,8 @@ class SparkCluster:
                 ssc.stop(stopSparkContext=False, stopGraceFully=True)
             if self.input_mode == InputMode.SPARK:
                 self._end_feed()
-                st = self._wait_until(lambda st: st["state"] in TERMINAL_STATES, grace_secs)
-                if st["state"] not in TERMINAL_STATES:
+                st = self._wait_until(lambda st: st["state"] in TERMINAL_JOB, grace_secs)
+                if st["state"] not in TERMINAL_JOB:
                     self.driver.stop(self.job, f"shutdown: the nodes were still running {grace_secs:g} s "
                                      "(grace_secs) after the feed ended")  # fmt: skip
             st = self.driver.await_job(self.job, timeout_s=wait_s, raise_on_failure=False)
@@ -309,17 +312,17 @@ class SparkCluster:
                 t.join(timeout=60)
             # Late reports: a ps or evaluator acknowledging its stop (or failing), a node whose
             # supervisor died being declared lost; returns as soon as every node has ended.
-            st = self._wait_until(lambda st: not any(n["state"] in LIVE_NODE_STATES for n in st["nodes"]),
+            st = self._wait_until(lambda st: not any(n["state"] in LIVE_NODE for n in st["nodes"]),
                                   grace_secs)  # fmt: skip
             self.status = st
-            if st["state"] == "FAILED":
+            if st["state"] == JobState.FAILED:
                 raise self._failure(st)
-            late = [n for n in st["nodes"] if n["state"] == "FAILED"]
+            late = [n for n in st["nodes"] if n["state"] == NodeState.FAILED]
             if late:
                 n = late[0]
                 raise JobFailed(self.job, f"job {self.job}: {n['role']}:{n['index']} (executor "
                                 f"{n['executor_id']}, host {n['host']}) failed late:\n{n['error']}", st)  # fmt: skip
-            if st["state"] == "STOPPED" and self.spark_error is not None:
+            if st["state"] == JobState.STOPPED and self.spark_error is not None:
                 raise self._failure(st)
             return st
         finally:
@@ -342,7 +345,7 @@ class SparkCluster:
         """Leave nothing behind: stop the nodes, cancel the Spark tasks, close the coordinator."""
         try:
             st = self.driver.status(self.job)
-            if st["state"] not in ("SUCCEEDED", "FAILED", "STOPPED"):
+            if st["state"] not in TERMINAL_JOB:
                 self.driver.stop(self.job, reason)
         except TfcoordError:
             pass
@@ -366,7 +369,7 @@ class SparkCluster:
                 "cluster.train() and cluster.inference() need run(..., input_mode=InputMode.SPARK)"
             )
         st = self.driver.status(self.job)
-        if st["state"] == "FAILED":
+        if st["state"] == JobState.FAILED:
             raise self._failure(st)
         targets = tuple(
             FeedTarget(f"{n['role']}:{n['index']} (executor {n['executor_id']}, host {n['host']})",
@@ -429,7 +432,7 @@ class SparkCluster:
         # Feeders of healthy nodes end quietly when told to stop, also when another node
         # failed: the job's state says which it was.
         st = self.driver.status(self.job)
-        if st["state"] == "FAILED":
+        if st["state"] == JobState.FAILED:
             raise self._failure(st)
 
     def inference(self, dataRDD: Any, feed_timeout: float = 600, qname: str = "input") -> Any:
@@ -455,9 +458,9 @@ class SparkCluster:
                     st = self.driver.watch(self.job, st["version"], max(0.1, deadline - time.monotonic()))
         except TfcoordError:
             pass
-        if st.get("state") == "FAILED":
+        if st.get("state") == JobState.FAILED:
             raise self._failure(st) from e
-        if st.get("state") in ("STOPPING", "STOPPED"):
+        if st.get("state") in (JobState.STOPPING, JobState.STOPPED):
             cause = [ln for ln in summary.splitlines() if "Error" in ln or "Stopped" in ln] or [summary]
             log.info("job %s is %s: feeding ended (%s)", self.job, st["state"], cause[-1].strip()[:300])
             return
@@ -736,7 +739,7 @@ def submit_script(
         except JobFailed as e:
             emit(str(e))
             return e.status
-        if status["state"] != "SUCCEEDED":  # STOPPED (tfcoord stop): say so, and why
+        if status["state"] != JobState.SUCCEEDED:  # STOPPED (tfcoord stop): say so, and why
             emit(f"job {status['job']} {status['state']}: {status['stop_reason'] or status['error']}")
             return status
         emit(f"job {status['job']} SUCCEEDED")
@@ -744,7 +747,7 @@ def submit_script(
         return status
     except JobFailed as e:
         emit(str(e))
-        return e.status or {"state": "FAILED"}
+        return e.status or {"state": JobState.FAILED}
     finally:
         log.removeHandler(handler)
         log.propagate = propagate

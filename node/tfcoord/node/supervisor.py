@@ -37,6 +37,7 @@ from typing import Any
 
 from tfcoord.client import NodeClient, RequestRejected, TfcoordError
 from tfcoord.client.client import ClusterInfo
+from tfcoord.client.vocab import NodeState
 
 from .gpus import CPU, GpuSelection, select_gpus
 from .ports import PortReservation
@@ -47,7 +48,8 @@ log = logging.getLogger("tfcoord.node")
 #: to close its sessions, short enough that a stopped job frees its executors at once.
 STOP_GRACE_S = 5.0
 
-SUCCEEDED, FAILED, STOPPED = "succeeded", "failed", "stopped"
+#: How a node ends, as it reports it.
+SUCCEEDED, FAILED, STOPPED = NodeState.SUCCEEDED, NodeState.FAILED, NodeState.STOPPED
 
 Meta = dict[str, str | int | float]
 
@@ -177,7 +179,7 @@ class SupervisorConfig:
 class NodeOutcome:
     """How a supervised node ended, as it reported it."""
 
-    state: str  #: SUCCEEDED, FAILED or STOPPED
+    state: NodeState  #: SUCCEEDED, FAILED or STOPPED
     role: str
     index: int
     error: str = ""
@@ -355,7 +357,7 @@ class NodeSupervisor:
             self._launched = True
         port.release()  # our copy, if the child did not take it over already
         if self.child.ready():
-            client.report("running", meta={"child_pid": pid})
+            client.report(NodeState.RUNNING, meta={"child_pid": pid})
             self._running.set()
             self._settled.set()
         ended = self.child.wait()
@@ -373,7 +375,7 @@ class NodeSupervisor:
     def _stopping(self, client: NodeClient) -> bool:
         return self._stop.is_set() or client.should_stop()
 
-    def _report(self, client: NodeClient, state: str, info: ClusterInfo, *, error: str = "",
+    def _report(self, client: NodeClient, state: NodeState, info: ClusterInfo, *, error: str = "",
                 meta: Mapping[str, Any] | None = None, exit_code: int = 0) -> NodeOutcome:  # fmt: skip
         if state == STOPPED and not client.should_stop():
             error = self._local_reason  # the job fails: this node stopped unasked, and this says why

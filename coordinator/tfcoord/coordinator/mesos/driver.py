@@ -16,11 +16,11 @@ from tfcoord.client import DriverClient
 from tfcoord.client.client import check_outcome
 from tfcoord.client.errors import DeadlineExceeded
 from tfcoord.client.progress import WATCH_SLICE_S
+from tfcoord.client.vocab import TERMINAL_JOB, JobState, NodeState
 
 from ..embedded import EmbeddedCoordinator
 from .config import MesosConfig
 
-TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 #: Once a cluster is left (``with cluster(...)`` exits), its nodes are told to stop and
 #: acknowledge within a second or two; past this the framework's TEARDOWN kills them anyway.
 STOP_WAIT_S = 30.0
@@ -50,7 +50,7 @@ def start_coordinator(config: MesosConfig, *, host: str = "0.0.0.0", port: int =
     ).start()  # fmt: skip
 
 
-def follow(driver: DriverClient, job: str, *, until: Collection[str] = TERMINAL, timeout_s: float,
+def follow(driver: DriverClient, job: str, *, until: Collection[JobState] = TERMINAL_JOB, timeout_s: float,
            emit: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Wait until the job's state is in ``until`` (or terminal); emit each new timeline line.
 
@@ -67,11 +67,13 @@ def follow(driver: DriverClient, job: str, *, until: Collection[str] = TERMINAL,
             for _, text in status["events"][seen:]:
                 emit(text)
         seen = len(status["events"])
-        if status["state"] in until or status["state"] in TERMINAL:
+        if status["state"] in until or status["state"] in TERMINAL_JOB:
             return status
         if left <= 0:
             waiting = [
-                f"{n['role']}:{n['index']} {n['state']}" for n in status["nodes"] if n["state"] != "RUNNING"
+                f"{n['role']}:{n['index']} {n['state']}"
+                for n in status["nodes"]
+                if n["state"] != NodeState.RUNNING
             ]
             raise DeadlineExceeded(
                 f"job {job} is still {status['state']} after {timeout_s:g} s; missing: "
@@ -88,7 +90,7 @@ def wait_running(driver: DriverClient, job: str, *, timeout_s: float,
         JobStopped: it was stopped first.
         DeadlineExceeded: not running in time.
     """
-    status = follow(driver, job, until={"RUNNING"}, timeout_s=timeout_s, emit=emit)
+    status = follow(driver, job, until={JobState.RUNNING}, timeout_s=timeout_s, emit=emit)
     check_outcome(status)  # FAILED and STOPPED raise; SUCCEEDED (a quick command) is fine
     return status
 

@@ -1,0 +1,183 @@
+"""The words every side of tfcoord shares: job and node states, error codes, failure reasons.
+
+After h11's ``_state`` and ``_events``: the coordinator, the clients, the nodes, the
+engines and the command line import these names instead of writing ``"FAILED"`` or
+``"stale_attempt"`` as strings, so a typo is an ``AttributeError`` at import and a
+search for a state finds every place that acts on it. This module is the only place
+in the code base where such words are spelled out (``tests/unit/test_vocab.py`` reads
+the sources and checks).
+
+Every enum is a :class:`enum.StrEnum`: a member *is* its wire value (``JobState.FAILED
+== "FAILED"``), so msgpack, JSON and the journal carry it unchanged and a peer that
+predates this module reads the same bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class JobState(enum.StrEnum):
+    """A job's life cycle (the transitions are ``coordinator.state.JOB_TRANSITIONS``)."""
+
+    SUBMITTED = "SUBMITTED"
+    RESERVING = "RESERVING"
+    READY = "READY"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+    @property
+    def terminal(self) -> bool:
+        """Has the job ended (nothing changes its state any more)?"""
+        return self in TERMINAL_JOB
+
+    @property
+    def reserving(self) -> bool:
+        """Are slots still being filled (the cluster spec is not out yet)?"""
+        return self in RESERVING_JOB
+
+    @property
+    def formed(self) -> bool:
+        """Does every node hold the cluster spec, and is the job still going?"""
+        return self in FORMED_JOB
+
+
+class NodeState(enum.StrEnum):
+    """A node's life cycle (``coordinator.state.NODE_TRANSITIONS``).
+
+    A node reports the last four (:data:`REPORT_STATES`); the coordinator sets the others.
+    """
+
+    REGISTERED = "REGISTERED"
+    READY = "READY"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    LOST = "LOST"
+    STOPPED = "STOPPED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_NODE
+
+
+TERMINAL_JOB = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED})
+#: Before the cluster spec is out: a node lost now frees its slot for a retry.
+RESERVING_JOB = frozenset({JobState.SUBMITTED, JobState.RESERVING})
+#: The cluster is formed and the job goes on: a fed cluster takes data in these.
+FORMED_JOB = frozenset({JobState.READY, JobState.RUNNING})
+TERMINAL_NODE = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.LOST, NodeState.STOPPED})
+LIVE_NODE = frozenset({NodeState.REGISTERED, NodeState.READY, NodeState.RUNNING})
+#: What a node may report about itself (``messages.Report.state``).
+REPORT_STATES = (NodeState.RUNNING, NodeState.SUCCEEDED, NodeState.FAILED, NodeState.STOPPED)
+
+
+class ErrorCode(enum.StrEnum):
+    """The stable codes of refused requests and closed connections (``messages.Error.code``),
+    of the HTTP API's error bodies and of the data feed's error frames. Messages are for
+    people; programs decide on these."""
+
+    # The connection is refused or closed (an Error frame without a request id).
+    AUTH_FAILED = "auth_failed"
+    VERSION_MISMATCH = "version_mismatch"
+    PROTOCOL_ERROR = "protocol_error"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
+    HANDSHAKE_TIMEOUT = "handshake_timeout"
+    FRAME_TIMEOUT = "frame_timeout"
+    IDLE_TIMEOUT = "idle_timeout"
+    # One request is refused.
+    TOO_LARGE = "too_large"
+    FORBIDDEN = "forbidden"
+    TOO_MANY_REQUESTS = "too_many_requests"
+    NO_ENGINE = "no_engine"
+    TIMEOUT = "timeout"
+    UNKNOWN_JOB = "unknown_job"
+    JOB_EXISTS = "job_exists"
+    BAD_SLOT = "bad_slot"
+    DUPLICATE = "duplicate"
+    GPU_CONFLICT = "gpu_conflict"
+    NOT_REGISTERED = "not_registered"
+    NOT_READY = "not_ready"
+    STALE_ATTEMPT = "stale_attempt"
+    #: A live, heartbeating node holds the slot: a newer attempt may not displace it.
+    SLOT_HELD = "slot_held"
+    #: A slot was re-registered more often than a job allows.
+    TOO_MANY_ATTEMPTS = "too_many_attempts"
+    ALREADY_TERMINAL = "already_terminal"
+    # The job or the node is past the point where the request makes sense.
+    JOB_STOPPING = "job_stopping"
+    JOB_SUCCEEDED = "job_succeeded"
+    JOB_FAILED = "job_failed"
+    JOB_STOPPED = "job_stopped"
+    NODE_SUCCEEDED = "node_succeeded"
+    NODE_FAILED = "node_failed"
+    NODE_LOST = "node_lost"
+    NODE_STOPPED = "node_stopped"
+    # The HTTP API.
+    BAD_REQUEST = "bad_request"
+    UNAUTHORIZED = "unauthorized"
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    HTTP_ERROR = "http_error"
+    INTERNAL_ERROR = "internal_error"
+    # The data feed (a node's answer to a feeder).
+    REFUSED = "refused"
+    FEED_TIMEOUT = "feed_timeout"
+
+    @classmethod
+    def job_is(cls, state: JobState) -> ErrorCode:
+        """The code refusing a request because the job is ``state`` (stopping or ended)."""
+        return _JOB_IS[state]
+
+    @classmethod
+    def node_is(cls, state: NodeState) -> ErrorCode:
+        """The code refusing a request because the node has ended ``state``."""
+        return _NODE_IS[state]
+
+
+_JOB_IS = {
+    JobState.STOPPING: ErrorCode.JOB_STOPPING,
+    JobState.SUCCEEDED: ErrorCode.JOB_SUCCEEDED,
+    JobState.FAILED: ErrorCode.JOB_FAILED,
+    JobState.STOPPED: ErrorCode.JOB_STOPPED,
+}
+_NODE_IS = {
+    NodeState.SUCCEEDED: ErrorCode.NODE_SUCCEEDED,
+    NodeState.FAILED: ErrorCode.NODE_FAILED,
+    NodeState.LOST: ErrorCode.NODE_LOST,
+    NodeState.STOPPED: ErrorCode.NODE_STOPPED,
+}
+#: Connection-level closes after which the same requests on a new connection succeed.
+TRANSIENT_CLOSES = frozenset({ErrorCode.IDLE_TIMEOUT, ErrorCode.FRAME_TIMEOUT})
+#: Connection-level refusals that retrying cannot cure.
+FATAL_REFUSALS = frozenset({ErrorCode.AUTH_FAILED, ErrorCode.VERSION_MISMATCH})
+
+
+class FailureReason(enum.StrEnum):
+    """Why a job did not succeed, as data (``reason`` in a job's status and on
+    :class:`~tfcoord.client.errors.JobFailed`), so no caller searches the error text.
+
+    The empty value is a job that has not failed or stopped (yet).
+    """
+
+    NONE = ""
+    #: A required node reported failure, stopped unasked, or its engine task ended.
+    NODE_FAILED = "node_failed"
+    #: A required node stopped heartbeating or lost its connection for good.
+    NODE_LOST = "node_lost"
+    #: The reservation deadline passed with slots still missing.
+    RESERVATION_TIMEOUT = "reservation_timeout"
+    #: A node restarted after the cluster formed (a TensorFlow cluster cannot change membership).
+    MEMBERSHIP_CHANGED = "membership_changed"
+    #: What runs the nodes gave up: the Spark job launching them failed, the Mesos master
+    #: refused the framework, no offer can ever fit.
+    ENGINE_FAILED = "engine_failed"
+    #: A stop was requested (``tfcoord stop``, a streaming job's ``terminate()``, the driver).
+    STOPPED = "stopped"
+
+
+#: The reasons a stop request may give (``messages.StopJob.cause``).
+STOP_CAUSES = (FailureReason.STOPPED, FailureReason.ENGINE_FAILED)
