@@ -60,7 +60,9 @@ from tfcoord.client import (
     tls,
 )
 from tfcoord.client.progress import describe
-from tfcoord.client.vocab import TERMINAL_JOB, JobState
+from tfcoord.client.replies import JobStatus
+from tfcoord.client.vocab import JobState
+from tfcoord.client.watcher import FOREVER_S
 from tfcoord.coordinator.state import KEEP_FINISHED_JOBS, KEEP_FINISHED_S
 
 log = logging.getLogger("tfcoord")
@@ -473,49 +475,50 @@ def _fmt_time(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def _results(node: dict[str, Any]) -> dict[str, Any]:
-    """What a node's function returned (its ``result.*`` metadata), by name."""
-    return {k.removeprefix("result."): v for k, v in node["meta"].items() if k.startswith("result.")}
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     cfg = _client_config(args)
     with _connect(cfg, args, role="admin") as c:
-        st = c.status(args.job)
-    if args.json:
-        print(json.dumps(st, indent=2, sort_keys=True))
-        return 0
+        if args.job is None:
+            listing = c.status(None)
+        else:
+            st = c.status(args.job)
     if args.job is None:
+        if args.json:
+            print(json.dumps(dict(listing.wire), indent=2, sort_keys=True))
+            return 0
         rows = [("JOB", "NAME", "ENGINE", "STATE", "NODES", "SUBMITTED", "ENDED")]
-        for j in st["jobs"]:
-            rows.append((j["job"], j["name"] or "-", j["engine"], j["state"], f"{j['registered']}/{j['size']}",
-                         _fmt_time(j["submitted_at"]), _fmt_time(j["ended_at"])))  # fmt: skip
+        for j in listing.jobs:
+            rows.append((j.job, j.name or "-", j.engine, j.state, f"{j.registered}/{j.size}",
+                         _fmt_time(j.submitted_at), _fmt_time(j.ended_at)))  # fmt: skip
         _table(rows)
         return 0
+    if args.json:
+        print(json.dumps(dict(st.wire), indent=2, sort_keys=True))
+        return 0
     print(describe(st))
-    if st["error"]:
-        print(f"error: {st['error']}")
-    elif st["stop_reason"]:
-        print(f"stop reason: {st['stop_reason']}")
+    if st.error:
+        print(f"error: {st.error}")
+    elif st.stop_reason:
+        print(f"stop reason: {st.stop_reason}")
     rows = [("EXECUTOR", "ROLE", "STATE", "HOST:PORT", "GPUS", "ATTEMPT", "LAST SEEN", "ERROR")]
-    for n in st["nodes"]:
+    for n in st.nodes:
         # The last line of a traceback names the exception; an error of blanks has none.
-        err_lines = (n["error"] or "").strip().splitlines()
+        err_lines = n.error.strip().splitlines()
         err = err_lines[-1][:60] if err_lines else ""
-        rows.append((str(n["executor_id"]), f"{n['role']}:{n['index']}", n["state"], f"{n['host']}:{n['port']}",
-                     ",".join(n["gpus"]) or "-", str(n["attempt"]), _fmt_time(n["last_seen"]), err))  # fmt: skip
+        rows.append((str(n.executor_id), n.name, n.state, f"{n.host}:{n.port}",
+                     ",".join(n.gpus) or "-", str(n.attempt), _fmt_time(n.last_seen), err))  # fmt: skip
     _table(rows)
-    for line in st["missing"]:
+    for line in st.missing:
         print(f"missing: {line}")
-    results = [(n, _results(n)) for n in st["nodes"]]
+    results = [(n, n.results) for n in st.nodes]
     if any(r for _, r in results):
         print("\nresults:")
         for n, r in results:
             if r:
-                print(f"  {n['role']}:{n['index']}  " + "  ".join(f"{k}={v}" for k, v in r.items()))
-    if st["events"]:
+                print(f"  {n.name}  " + "  ".join(f"{k}={v}" for k, v in r.items()))
+    if st.events:
         print("\ntimeline:")
-        for t, text in st["events"]:
+        for t, text in st.events:
             print(f"  {_fmt_time(t)}  {text}")
     return 0
 
@@ -531,14 +534,14 @@ def cmd_stop(args: argparse.Namespace) -> int:
     with _connect(cfg, args, role="admin") as c:
         res = c.stop(args.job, args.reason, dry_run=args.dry_run)
     if args.json:
-        print(json.dumps({**res, "job": args.job, "dry_run": args.dry_run}, indent=2, sort_keys=True))
+        print(json.dumps({**res.wire, "job": args.job, "dry_run": args.dry_run}, indent=2, sort_keys=True))
         return 0
     verb = "would stop" if args.dry_run else "stopping"
-    if res["state"] in TERMINAL_JOB:
-        print(f"job {args.job} already ended {res['state']}; nothing to stop")
+    if res.state.terminal:
+        print(f"job {args.job} already ended {res.state}; nothing to stop")
         return 0
-    print(f"job {args.job} ({res['state']}): {verb} {len(res['nodes'])} node(s)")
-    for n in res["nodes"]:
+    print(f"job {args.job} ({res.state}): {verb} {len(res.nodes)} node(s)")
+    for n in res.nodes:
         print(f"  {n}")
     if args.dry_run:
         print("dry run: nothing was sent; run again without --dry-run to stop the job")
@@ -601,9 +604,9 @@ def _spark_script(command: list[str]) -> tuple[str, list[str]]:
     return command[0], command[1:]
 
 
-def _print_final(args: argparse.Namespace, status: dict[str, Any] | None) -> None:
+def _print_final(args: argparse.Namespace, status: JobStatus | None) -> None:
     if args.json and status is not None:
-        print(json.dumps(status, indent=2, sort_keys=True), flush=True)
+        print(json.dumps(dict(status.wire), indent=2, sort_keys=True), flush=True)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -644,7 +647,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if embedded is not None:
             embedded.stop()
     _print_final(args, status)
-    return 0 if status["state"] == JobState.SUCCEEDED else EXIT_FAILED
+    return 0 if status.state == JobState.SUCCEEDED else EXIT_FAILED
 
 
 def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
@@ -690,7 +693,7 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
     except ValueError as e:  # run()'s arguments: the cluster's shape
         raise UsageError(str(e)) from None
     _print_final(args, status)
-    return 0 if status is None or status["state"] == JobState.SUCCEEDED else EXIT_FAILED
+    return 0 if status is None or status.state == JobState.SUCCEEDED else EXIT_FAILED
 
 
 def _submit_mesos(args: argparse.Namespace) -> int:
@@ -736,9 +739,9 @@ def _submit_mesos(args: argparse.Namespace) -> int:
                     status = mesos.wait_running(driver, job, emit=_emit,
                                                 timeout_s=args.reservation_timeout + mesos.RUNNING_GRACE_S)  # fmt: skip
                     _emit(
-                        f"cluster serving: {json.dumps(status['cluster'])}; Ctrl-C or `tfcoord stop {job}` ends it"
+                        f"cluster serving: {json.dumps(status.cluster)}; Ctrl-C or `tfcoord stop {job}` ends it"
                     )
-                status = mesos.follow(driver, job, timeout_s=7 * 24 * 3600.0, emit=_emit)
+                status = mesos.await_state(driver, job, timeout_s=FOREVER_S, emit=_emit)
             except KeyboardInterrupt:
                 _emit("interrupted: stopping the job")
                 status = mesos.stop_and_wait(driver, job, "tfcoord submit was interrupted")
@@ -747,10 +750,10 @@ def _submit_mesos(args: argparse.Namespace) -> int:
     finally:
         if embedded is not None:
             embedded.stop()
-    if status["state"] == JobState.FAILED:
-        _emit(f"job {job} failed: {status['error']}")
+    if status.state == JobState.FAILED:
+        _emit(f"job {job} failed: {status.error}")
     _print_final(args, status)
-    ok = status["state"] == JobState.SUCCEEDED or (mjob.server_mode and status["state"] == JobState.STOPPED)
+    ok = status.state == JobState.SUCCEEDED or (mjob.server_mode and status.state == JobState.STOPPED)
     return 0 if ok else EXIT_FAILED
 
 

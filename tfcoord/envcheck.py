@@ -356,7 +356,7 @@ def check_coordinator(
     try:
         with DriverClient(address, secret, role="admin", ssl_context=ssl_context, connect_deadline_s=timeout_s,
                           challenge_timeout_s=timeout_s) as c:  # fmt: skip
-            jobs = c.status()["jobs"]
+            jobs = c.jobs()
     except AuthenticationFailed as e:
         return Result(FAIL, "coordinator", f"{address} refused our secret: {e}",
                       "use the secret file of the coordinator at that address")  # fmt: skip

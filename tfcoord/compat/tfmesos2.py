@@ -43,6 +43,7 @@ from typing import Any
 
 from tfcoord.client import DriverClient
 from tfcoord.client.client import check_outcome
+from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import NodeState
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 from tfcoord.coordinator.mesos import driver as mesos
@@ -105,11 +106,11 @@ class Task:
 class Cluster:
     """What ``with cluster(...) as c`` yields: the running cluster's addresses."""
 
-    def __init__(self, job: str, status: dict[str, Any], coordinator: EmbeddedCoordinator,
+    def __init__(self, job: str, status: JobStatus, coordinator: EmbeddedCoordinator,
                  driver: DriverClient, mjob: MesosJob, client_ip: str, port: int) -> None:  # fmt: skip
         self.job = job
         #: Role → ["host:port", ...] ordered by task index.
-        self.cluster_def: dict[str, list[str]] = status["cluster"]
+        self.cluster_def: dict[str, list[str]] = dict(status.cluster or {})
         #: ``host:port`` of the coordinator (``tfcoord status`` shows the job there).
         self.coordinator = coordinator.address
         #: tfmesos2's names: the address tasks dial back to, and the port they dial.
@@ -130,11 +131,11 @@ class Cluster:
     def tasks(self) -> dict[str, Task]:
         """Mesos task id → :class:`Task`, as tfmesos2's ``tasks``."""
         out = {}
-        for n in self._status["nodes"]:
-            need = self._mjob.slot(n["executor_id"])
-            port = str(n["port"]) if n.get("port") else None
-            out[n["task_id"]] = Task(n["task_id"], n["role"], n["index"], n.get("host"), port, n["state"],
-                                     n["state"] == NodeState.RUNNING, need.cpus, need.mem, need.gpus)  # fmt: skip
+        for n in self._status.nodes:
+            need = self._mjob.slot(n.executor_id)
+            port = str(n.port) if n.port else None
+            out[n.task_id] = Task(n.task_id, n.role, n.index, n.host, port, n.state,
+                                  n.state == NodeState.RUNNING, need.cpus, need.mem, need.gpus)  # fmt: skip
         return out
 
     @property
@@ -142,7 +143,7 @@ class Cluster:
         """tfmesos2's other name for :attr:`tasks`."""
         return self.tasks
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JobStatus:
         """The job's full status (nodes, their Mesos tasks, timeline)."""
         self._status = self._driver.status(self.job)
         return self._status

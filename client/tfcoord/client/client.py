@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from . import auth, tls
 from . import messages as m
@@ -43,7 +43,8 @@ from .errors import (
     Unreachable,
 )
 from .protocol import CLOSED, NEED_DATA, Connection, decode_spec
-from .vocab import FATAL_REFUSALS, TRANSIENT_CLOSES, ErrorCode, FailureReason, JobState
+from .replies import JobList, JobStatus, JobSummary, Registration, Reported, StopAnswer, StopResult, Submitted
+from .vocab import FATAL_REFUSALS, TRANSIENT_CLOSES, ErrorCode, FailureReason, JobState, NodeState
 
 log = logging.getLogger("tfcoord.client")
 
@@ -515,6 +516,13 @@ def _recv_one(sock: socket.socket, conn: Connection) -> m.Message:
         conn.receive_data(sock.recv(65536))
 
 
+def _result(reply: m.Message) -> Mapping[str, Any]:
+    """A reply's result map, decoded by the typed answer the caller builds from it."""
+    if not isinstance(reply, m.Reply):
+        raise RemoteProtocolError(f"expected a reply from the coordinator, got {reply.op}")
+    return reply.result
+
+
 # -- drivers ------------------------------------------------------------------------------
 
 
@@ -568,16 +576,25 @@ class DriverClient(Client):
 
     def submit(self, spec: m.JobSpec, job: str | None = None) -> str:
         """Submit a job; returns its id. Resubmitting the same id and spec is harmless."""
-        job = job or new_job_id(spec.name)
-        self.request(lambda i: m.Submit(id=i, job=job, spec=spec))
-        return job
+        job_id = job or new_job_id(spec.name)
+        Submitted.decode(_result(self.request(lambda i: m.Submit(id=i, job=job_id, spec=spec))))
+        return job_id
 
-    def status(self, job: str | None = None) -> dict[str, Any]:
-        """One job's full status, or ``{"jobs": [...]}`` for every job."""
-        reply = self.request(lambda i: m.Status(id=i, job=job))
-        return dict(reply.result)  # type: ignore[attr-defined]
+    @overload
+    def status(self, job: str) -> JobStatus: ...
+    @overload
+    def status(self, job: None = None) -> JobList: ...
 
-    def watch(self, job: str, version: int, timeout_s: float, *, brief: bool = False) -> dict[str, Any]:
+    def status(self, job: str | None = None) -> JobStatus | JobList:
+        """One job's full status, or every job (:class:`JobList`) when ``job`` is None."""
+        result = _result(self.request(lambda i: m.Status(id=i, job=job)))
+        return JobList.decode(result) if job is None else JobStatus.decode(result)
+
+    def jobs(self) -> tuple[JobSummary, ...]:
+        """Every job this client may see."""
+        return self.status(None).jobs
+
+    def watch(self, job: str, version: int, timeout_s: float, *, brief: bool = False) -> JobStatus:
         """Block until the job changes past ``version`` (or the timeout); returns its status.
 
         With ``brief``, its summary: no nodes, history or timeline, ``running`` and
@@ -588,11 +605,11 @@ class DriverClient(Client):
             lambda i: m.WatchJob(id=i, job=job, version=version, timeout_s=timeout_s, brief=brief),
             timeout_s + REPLY_SLACK_S,
         )
-        return dict(reply.result)  # type: ignore[attr-defined]
+        return JobStatus.decode(_result(reply))
 
     def await_job(
         self, job: str, timeout_s: float = m.MAX_TIMEOUT_S, *, raise_on_failure: bool = True
-    ) -> dict[str, Any]:
+    ) -> JobStatus:
         """Block until the job ends; returns its final status.
 
         Raises:
@@ -608,7 +625,7 @@ class DriverClient(Client):
             if e.code == ErrorCode.TIMEOUT:
                 raise DeadlineExceeded(e.message) from None
             raise
-        status = dict(reply.result)  # type: ignore[attr-defined]
+        status = JobStatus.decode(_result(reply))
         if raise_on_failure:
             check_outcome(status)
         return status
@@ -620,24 +637,22 @@ class DriverClient(Client):
         *,
         dry_run: bool = False,
         cause: FailureReason = FailureReason.STOPPED,
-    ) -> dict[str, Any]:
+    ) -> StopResult:
         """Ask every node of a job to stop; the job ends STOPPED once they acknowledge.
 
         ``reason`` says why to people; ``cause`` to programs (the job's ``reason`` once
         stopped): a stop someone asked for, or the engine running the nodes giving up.
         """
         reply = self.request(lambda i: m.StopJob(id=i, job=job, reason=reason, dry_run=dry_run, cause=cause))
-        return dict(reply.result)  # type: ignore[attr-defined]
+        return StopResult.decode(_result(reply))
 
 
-def check_outcome(status: Mapping[str, Any]) -> None:
+def check_outcome(status: JobStatus) -> None:
     """Raise JobFailed / JobStopped for a terminal status that is not SUCCEEDED."""
-    if status["state"] == JobState.FAILED:
-        raise JobFailed(status["job"], f"job {status['job']} failed: {status['error']}", dict(status))
-    if status["state"] == JobState.STOPPED:
-        raise JobStopped(
-            status["job"], f"job {status['job']} was stopped: {status['stop_reason']}", dict(status)
-        )
+    if status.state == JobState.FAILED:
+        raise JobFailed(status.job, f"job {status.job} failed: {status.error}", status)
+    if status.state == JobState.STOPPED:
+        raise JobStopped(status.job, f"job {status.job} was stopped: {status.stop_reason}", status)
 
 
 def new_job_id(name: str = "") -> str:
@@ -710,11 +725,11 @@ class NodeClient(Client):
         gpus: Sequence[str] = (),
         task_id: str = "",
         meta: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Claim this node's slot; returns ``{"role", "index", "size", ...}``."""
+    ) -> Registration:
+        """Claim this node's slot; returns the role and index it holds."""
         reply = self.request(lambda i: m.Register(
             id=i, host=host, port=port, gpus=tuple(gpus), task_id=task_id, meta=dict(meta or {}), **self._ids()))  # fmt: skip
-        return dict(reply.result)  # type: ignore[attr-defined]
+        return Registration.decode(_result(reply))
 
     def await_cluster(self, timeout_s: float = 600.0) -> ClusterInfo:
         """Block until every node of the job has registered; returns the cluster.
@@ -734,32 +749,36 @@ class NodeClient(Client):
         cluster = decode_spec(reply.spec)
         return ClusterInfo(self.job or "", self.executor_id, reply.role, reply.index, cluster)
 
-    def report(self, state: str, error: str = "", meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Report ``running``, ``succeeded``, ``failed`` (with error text) or ``stopped``."""
+    def report(
+        self, state: NodeState | str, error: str = "", meta: Mapping[str, Any] | None = None
+    ) -> Reported:
+        """Report RUNNING, SUCCEEDED, FAILED (with error text) or STOPPED."""
         if len(error) > m.MAX_ERROR_LEN:  # keep the tail: the end of a traceback says what broke
             error = "...\n" + error[-(m.MAX_ERROR_LEN - 4) :]
         reply = self.request(
-            lambda i: m.Report(id=i, state=state, error=error, meta=dict(meta or {}), **self._ids())
+            lambda i: m.Report(
+                id=i, state=NodeState(state.upper()), error=error, meta=dict(meta or {}), **self._ids()
+            )
         )
-        return dict(reply.result)  # type: ignore[attr-defined]
+        return Reported.decode(_result(reply))
 
-    def heartbeat(self, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def heartbeat(self, meta: Mapping[str, Any] | None = None) -> StopAnswer:
         """One heartbeat (optionally updating the node's metadata); says whether to stop."""
         reply = self.request(lambda i: m.Heartbeat(id=i, meta=dict(meta or {}), **self._ids()))
-        result = dict(reply.result)  # type: ignore[attr-defined]
-        if result.get("stop"):
-            self._stop(result.get("reason", ""))
-        return result
+        answer = StopAnswer.decode(_result(reply))
+        if answer.stop:
+            self._stop(answer.reason)
+        return answer
 
     def await_stop(self, timeout_s: float = m.MAX_TIMEOUT_S) -> bool:
         """Block until this node must stop (True) or the timeout passes (False)."""
         reply = self.request(
             lambda i: m.AwaitStop(id=i, timeout_s=timeout_s, **self._ids()), timeout_s + REPLY_SLACK_S
         )
-        result = dict(reply.result)  # type: ignore[attr-defined]
-        if result.get("stop"):
-            self._stop(result.get("reason", ""))
-        return bool(result.get("stop"))
+        answer = StopAnswer.decode(_result(reply))
+        if answer.stop:
+            self._stop(answer.reason)
+        return answer.stop
 
     def should_stop(self) -> bool:
         """Whether the coordinator has told this node to stop (no round trip)."""

@@ -1,52 +1,63 @@
-"""Following a job from the driver side: one line per visible change, pushed, not polled."""
+"""Showing a job's progress on the driver side: one line per visible change.
+
+Used as the ``on_change`` of :func:`~tfcoord.client.watcher.watch_until`: the watcher
+pushes each new status, these turn it into lines for people.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from .client import DriverClient
-from .vocab import FORMED_JOB, RESERVING_JOB, TERMINAL_JOB, NodeState
+from .replies import JobStatus
+from .vocab import FORMED_JOB
 
-#: Each watch waits at most this long on the server before coming back to check the
-#: caller's own deadline; progress itself arrives the moment the job changes.
-WATCH_SLICE_S = 60.0
+#: Progress lines name at most this many missing slots, then how many more.
+SHOWN_MISSING = 8
 
 
-def describe(status: dict[str, Any]) -> str:
+def describe(status: JobStatus) -> str:
     """A one-line summary of a job (full or brief status): state, registrations and who is
     still missing."""
-    state, size, reg = status["state"], status["size"], status["registered"]
-    line = f"job {status['job']} {state}"
-    if state in RESERVING_JOB:
-        line += f": registered {reg}/{size}"
-        missing = [m.split(":", 2)[0] + ":" + m.split(":", 2)[1].split(" ")[0] for m in status["missing"]]
-        count = status.get("missing_count", len(missing))
+    line = f"job {status.job} {status.state}"
+    if status.state.reserving:
+        line += f": registered {status.registered}/{status.size}"
+        # Each missing line starts "role:index (executor N)": show the slot names.
+        missing = [m.split(" ", 1)[0].rstrip(":") for m in status.missing]
+        count = status.missing_count
         if missing:
-            shown = ", ".join(missing[:8]) + (f" and {count - 8} more" if count > 8 else "")
-            line += f" (waiting for {shown})"
-    elif state in FORMED_JOB:
-        running = status.get("running")
-        if running is None:
-            running = sum(1 for n in status["nodes"] if n["state"] == NodeState.RUNNING)
-        line += f": {running}/{size} nodes running"
+            more = f" and {count - SHOWN_MISSING} more" if count > SHOWN_MISSING else ""
+            line += f" (waiting for {', '.join(missing[:SHOWN_MISSING])}{more})"
+    elif status.state in FORMED_JOB:
+        line += f": {status.running}/{status.size} nodes running"
     return line
 
 
-def follow(driver: DriverClient, job: str, emit: Callable[[str], None], timeout_s: float) -> dict[str, Any]:
-    """Emit a line whenever the job's summary changes, until it ends; returns its final
-    (full) status. The watches are brief: their size does not grow with the job."""
-    import time
+class ProgressLines:
+    """Emit :func:`describe`'s line whenever it changes (optionally not once the job ended:
+    the caller then says how it ended, with the why)."""
 
-    deadline = time.monotonic() + timeout_s
-    version, last = 0, ""
-    while True:
-        left = deadline - time.monotonic()
-        status = driver.watch(job, version, max(0.0, min(WATCH_SLICE_S, left)), brief=True)
-        version = status["version"]
+    def __init__(self, emit: Callable[[str], None], *, final: bool = True) -> None:
+        self._emit = emit
+        self._final = final
+        self._last = ""
+
+    def __call__(self, status: JobStatus) -> None:
+        if status.terminal and not self._final:
+            return
         line = describe(status)
-        if line != last:
-            emit(line)
-            last = line
-        if status["state"] in TERMINAL_JOB or left <= 0:
-            return driver.status(job)
+        if line != self._last:
+            self._emit(line)
+            self._last = line
+
+
+class TimelineLines:
+    """Emit each new line of a job's timeline (full statuses carry it)."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._seen = 0
+
+    def __call__(self, status: JobStatus) -> None:
+        for _, text in status.events[self._seen :]:
+            self._emit(text)
+        self._seen = len(status.events)

@@ -31,6 +31,7 @@ from typing import Any
 from tfcoord.client import Client, NodeClient, TfcoordError
 from tfcoord.client import messages as m
 from tfcoord.client.client import ClusterInfo
+from tfcoord.client.replies import RESULT_META, TENSORBOARD_META
 
 from . import feedwire, pdeath
 from .context import TFNodeContext
@@ -54,10 +55,6 @@ from .tlsfiles import TlsFiles
 MAX_RESULT_ENTRIES = 16
 #: Roles that serve the others and are stopped when training ends.
 SERVING_ROLES = ("ps", "evaluator")
-#: Node metadata: the TensorBoard URL (pushed once it answers) and map_fun's results
-#: (``result.NAME``, from the dictionary it returns), shown in the node's status.
-TENSORBOARD_META = "tensorboard_url"
-RESULT_META = "result."
 #: A fed node told to stop first stops its feed, so map_fun sees should_stop() and can
 #: finish (save a model); it is terminated if it has not returned after this long.
 FEED_STOP_GRACE_S = 10.0

@@ -16,8 +16,10 @@ from collections.abc import Callable, Sequence
 from typing import IO
 
 from tfcoord.client import DriverClient, JobSpec
-from tfcoord.client.progress import follow
+from tfcoord.client.progress import ProgressLines
+from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import JobState
+from tfcoord.client.watcher import FOREVER_S, watch_until
 
 from .runner import TOKEN_ENV
 
@@ -42,7 +44,7 @@ def run_local(
     out: IO[bytes] | None = None,
     job: str | None = None,
     env: dict[str, str] | None = None,
-) -> dict:
+) -> JobStatus:
     """Submit ``spec``, run each node locally, follow the job; returns its final status."""
     out = out or sys.stdout.buffer
     job = driver.submit(spec, job)
@@ -66,9 +68,11 @@ def run_local(
             )
             t.start()
             pumps.append(t)
-        status = follow(driver, job, emit, spec.reservation_timeout_s + 7 * 24 * 3600.0)
-        if status["state"] != JobState.SUCCEEDED:  # say why at once; stopping the nodes may take seconds
-            emit(status["error"] or status["stop_reason"])
+        watch_until(driver, job, timeout_s=spec.reservation_timeout_s + FOREVER_S, brief=True,
+                    on_change=ProgressLines(emit))  # fmt: skip
+        status = driver.status(job)
+        if status.state != JobState.SUCCEEDED:  # say why at once; stopping the nodes may take seconds
+            emit(status.why)
     except BaseException:
         try:  # interrupted: stop the nodes rather than orphan them
             driver.stop(job, "the submitting process was interrupted")

@@ -16,11 +16,14 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from tfcoord.client import DriverClient, JobFailed, JobSpec, TfcoordError, auth, make_roles
-from tfcoord.client.progress import WATCH_SLICE_S, describe
-from tfcoord.client.vocab import FORMED_JOB, LIVE_NODE, TERMINAL_JOB, FailureReason, JobState, NodeState
+from tfcoord.client.progress import ProgressLines
+from tfcoord.client.replies import JobStatus
+from tfcoord.client.vocab import FORMED_JOB, FailureReason, JobState, NodeState
+from tfcoord.client.watcher import FOREVER_S, ended, watch_until
 
 from . import feedwire
 from .executor import NodeSpec, run_node, spark_partition
@@ -169,12 +172,13 @@ class SparkCluster:
         self._group = f"tfcoord-{job}"
         self.spark_error: BaseException | None = None
         self._executor_nodes = spec.size
-        self.status: dict[str, Any] = {}
+        #: The job's status when it formed, then when it ended (``shutdown``).
+        self.status: JobStatus | None = None
 
     @property
     def cluster_info(self) -> list[dict[str, Any]]:
         """Every node as the coordinator sees it (role, index, host, port, GPUs, state, ...)."""
-        return self.driver.status(self.job)["nodes"]
+        return [dict(n.wire) for n in self.driver.status(self.job).nodes]
 
     def _launch(self, driver_ps_nodes: bool, num_ps: int) -> None:
         first = num_ps if driver_ps_nodes else 0
@@ -211,48 +215,33 @@ class SparkCluster:
         self._threads.append(t)
 
     def _await_ready(self) -> None:
-        version, last = 0, ""
-        deadline = time.monotonic() + self.spec.reservation_timeout_s + 60
-        while True:
-            st = self.driver.watch(self.job, version, max(0.1, min(60.0, deadline - time.monotonic())))
-            version = st["version"]
-            if (line := describe(st)) != last:
-                log.info("%s", line)
-                last = line
-            if st["state"] in FORMED_JOB or st["state"] == JobState.SUCCEEDED:
-                self.status = st
-                return
-            if st["state"] in (JobState.FAILED, JobState.STOPPING, JobState.STOPPED):
-                self.status = st
-                raise self._failure(st)
-            if time.monotonic() > deadline:
-                raise JobFailed(
-                    self.job, f"job {self.job} is still {st['state']} after the reservation timeout"
-                )
+        def settled(st: JobStatus) -> bool:
+            return st.state in FORMED_JOB or st.terminal or st.state == JobState.STOPPING
 
-    def follow(self, emit: Any, timeout_s: float = 7 * 24 * 3600.0) -> dict[str, Any]:
+        progress = ProgressLines(lambda line: log.info("%s", line))
+        st = watch_until(self.driver, self.job, settled, timeout_s=self.spec.reservation_timeout_s + 60,
+                         on_change=progress)  # fmt: skip
+        if not settled(st):
+            raise JobFailed(self.job, f"job {self.job} is still {st.state} after the reservation timeout", st)
+        self.status = st
+        if st.state not in FORMED_JOB and st.state != JobState.SUCCEEDED:
+            raise self._failure(st)
+
+    def follow(self, emit: Callable[[str], None], timeout_s: float = FOREVER_S) -> JobStatus:
         """Emit a line each time the job's summary changes (running, nodes done) until it ends.
 
         The final state is not emitted: ``shutdown`` says how the job ended, with the why.
         Returns the last status seen.
         """
-        version, last = 0, ""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            st = self.driver.watch(self.job, version, max(0.0, min(WATCH_SLICE_S, left)))
-            version = st["version"]
-            if st["state"] in TERMINAL_JOB or left <= 0:
-                return st
-            if (line := describe(st)) != last:
-                emit(line)
-                last = line
+        return watch_until(
+            self.driver, self.job, timeout_s=timeout_s, on_change=ProgressLines(emit, final=False)
+        )
 
-    def _failure(self, st: dict[str, Any]) -> JobFailed:
-        msg = f"job {self.job} {st['state']}: {st['error'] or st['stop_reason']}"
-        if st["reason"] == FailureReason.RESERVATION_TIMEOUT:
+    def _failure(self, st: JobStatus) -> JobFailed:
+        msg = f"job {self.job} {st.state}: {st.why}"
+        if st.reason == FailureReason.RESERVATION_TIMEOUT:
             msg += "\n" + RESERVATION_HINTS
-        if self.spark_error is not None and st["reason"] == FailureReason.ENGINE_FAILED:
+        if self.spark_error is not None and st.reason == FailureReason.ENGINE_FAILED:
             msg += f"\nSpark error: {_spark_summary(self.spark_error)}"
         return JobFailed(self.job, msg, st)
 
@@ -264,17 +253,16 @@ class SparkCluster:
         """
         if not self._tensorboard:
             return None
-        version, deadline = 0, time.monotonic() + timeout_s
-        while True:
-            st = self.driver.watch(self.job, version, max(0.0, min(10.0, deadline - time.monotonic())))
-            for n in st["nodes"]:
-                if n["meta"].get("tensorboard_url"):
-                    return str(n["meta"]["tensorboard_url"])
-            version = st["version"]
-            if st["state"] in TERMINAL_JOB or time.monotonic() >= deadline:
-                return None
 
-    def shutdown(self, ssc: Any = None, grace_secs: float = 0, timeout: float = 259200) -> dict[str, Any]:
+        def url(st: JobStatus) -> str | None:
+            return next((n.tensorboard_url for n in st.nodes if n.tensorboard_url), None)
+
+        st = watch_until(
+            self.driver, self.job, lambda st: url(st) is not None or st.terminal, timeout_s=timeout_s
+        )
+        return url(st)
+
+    def shutdown(self, ssc: Any = None, grace_secs: float = 0, timeout: float = 259200) -> JobStatus:
         """Wait for the job to end, stop ps/evaluator nodes, clean up; returns the final status.
 
         ``InputMode.TENSORFLOW``: waits (up to ``timeout``) for the chief/master and
@@ -294,7 +282,7 @@ class SparkCluster:
                 traceback), or a node failed within ``grace_secs``.
         """
         try:
-            wait_s = timeout if timeout > 0 else 7 * 24 * 3600.0
+            wait_s = timeout if timeout > 0 else FOREVER_S
             if ssc is not None:
                 # A streaming job runs until a stop is requested (tfcoord stop, DataFeed.terminate());
                 # then the streaming context stops gracefully: micro-batches in flight finish,
@@ -303,8 +291,8 @@ class SparkCluster:
                 ssc.stop(stopSparkContext=False, stopGraceFully=True)
             if self.input_mode == InputMode.SPARK:
                 self._end_feed()
-                st = self._wait_until(lambda st: st["state"] in TERMINAL_JOB, grace_secs)
-                if st["state"] not in TERMINAL_JOB:
+                st = self._wait_until(ended, grace_secs)
+                if not st.terminal:
                     self.driver.stop(self.job, f"shutdown: the nodes were still running {grace_secs:g} s "
                                      "(grace_secs) after the feed ended")  # fmt: skip
             st = self.driver.await_job(self.job, timeout_s=wait_s, raise_on_failure=False)
@@ -312,29 +300,26 @@ class SparkCluster:
                 t.join(timeout=60)
             # Late reports: a ps or evaluator acknowledging its stop (or failing), a node whose
             # supervisor died being declared lost; returns as soon as every node has ended.
-            st = self._wait_until(lambda st: not any(n["state"] in LIVE_NODE for n in st["nodes"]),
-                                  grace_secs)  # fmt: skip
+            st = self._wait_until(lambda st: not any(n.live for n in st.nodes), grace_secs)
             self.status = st
-            if st["state"] == JobState.FAILED:
+            if st.state == JobState.FAILED:
                 raise self._failure(st)
-            late = [n for n in st["nodes"] if n["state"] == NodeState.FAILED]
+            late = [n for n in st.nodes if n.state == NodeState.FAILED]
             if late:
                 n = late[0]
-                raise JobFailed(self.job, f"job {self.job}: {n['role']}:{n['index']} (executor "
-                                f"{n['executor_id']}, host {n['host']}) failed late:\n{n['error']}", st)  # fmt: skip
-            if st["state"] == JobState.STOPPED and self.spark_error is not None:
+                raise JobFailed(self.job, f"job {self.job}: {n.name} (executor {n.executor_id}, host {n.host}) "
+                                f"failed late:\n{n.error}", st, FailureReason.NODE_FAILED)  # fmt: skip
+            if st.state == JobState.STOPPED and self.spark_error is not None:
                 raise self._failure(st)
             return st
         finally:
             self._abort("shutdown")
 
-    def _wait_until(self, done: Any, timeout_s: float) -> dict[str, Any]:
+    def _wait_until(self, done: Callable[[JobStatus], bool], timeout_s: float) -> JobStatus:
         """The job's status once ``done(status)`` holds, or when ``timeout_s`` has passed."""
-        deadline = time.monotonic() + max(0.0, timeout_s)
         st = self.driver.status(self.job)
         try:
-            while not done(st) and (left := deadline - time.monotonic()) > 0:
-                st = self.driver.watch(self.job, st["version"], min(WATCH_SLICE_S, left))
+            st = watch_until(self.driver, self.job, done, timeout_s=timeout_s, since=st)
         except TfcoordError:
             # Only waiting ends early here: the caller's next request to the coordinator
             # (await_job, status) reports a coordinator that is really gone.
@@ -344,8 +329,7 @@ class SparkCluster:
     def _abort(self, reason: str) -> None:
         """Leave nothing behind: stop the nodes, cancel the Spark tasks, close the coordinator."""
         try:
-            st = self.driver.status(self.job)
-            if st["state"] not in TERMINAL_JOB:
+            if not self.driver.status(self.job).terminal:
                 self.driver.stop(self.job, reason)
         except TfcoordError:
             pass
@@ -369,14 +353,13 @@ class SparkCluster:
                 "cluster.train() and cluster.inference() need run(..., input_mode=InputMode.SPARK)"
             )
         st = self.driver.status(self.job)
-        if st["state"] == JobState.FAILED:
+        if st.state == JobState.FAILED:
             raise self._failure(st)
         targets = tuple(
-            FeedTarget(f"{n['role']}:{n['index']} (executor {n['executor_id']}, host {n['host']})",
-                       str(n["meta"][feedwire.FEED_META]))
-            for n in sorted(st["nodes"], key=lambda n: n["executor_id"])
-            if n["role"] in feedwire.FEED_ROLES and n["meta"].get(feedwire.FEED_META)
-        )  # fmt: skip
+            FeedTarget(f"{n.name} (executor {n.executor_id}, host {n.host})", str(n.meta[feedwire.FEED_META]))
+            for n in sorted(st.nodes, key=lambda n: n.executor_id)
+            if n.role in feedwire.FEED_ROLES and n.meta.get(feedwire.FEED_META)
+        )
         if not targets:
             raise ValueError(f"job {self.job} has no node that takes fed data (chief, master or worker)")
         if feeding:  # Spark tasks will feed (the driver's own eof/stop messages take no slot)
@@ -386,7 +369,7 @@ class SparkCluster:
     def _feeding(self) -> bool:
         """Whether the job still takes data (not stopping, stopped, failed or done)."""
         try:
-            return self.driver.status(self.job)["state"] in FEEDING_STATES
+            return self.driver.status(self.job).state in FEEDING_STATES
         except TfcoordError:
             return False
 
@@ -432,7 +415,7 @@ class SparkCluster:
         # Feeders of healthy nodes end quietly when told to stop, also when another node
         # failed: the job's state says which it was.
         st = self.driver.status(self.job)
-        if st["state"] == JobState.FAILED:
+        if st.state == JobState.FAILED:
             raise self._failure(st)
 
     def inference(self, dataRDD: Any, feed_timeout: float = 600, qname: str = "input") -> Any:
@@ -449,20 +432,19 @@ class SparkCluster:
     def _raise_feed_failure(self, e: Exception) -> None:
         """A feeding Spark job failed: raise the node's failure if that was the cause."""
         summary = _spark_summary(e)
-        st: dict[str, Any] = {}
+        st: JobStatus | None = None
         try:
             st = self.driver.status(self.job)
             if "FeedTimeout" not in summary:  # a node failure reaches the coordinator a moment later
-                deadline = time.monotonic() + FEED_FAILURE_SETTLE_S
-                while st["state"] in FEEDING_STATES and time.monotonic() < deadline:
-                    st = self.driver.watch(self.job, st["version"], max(0.1, deadline - time.monotonic()))
+                st = watch_until(self.driver, self.job, lambda st: st.state not in FEEDING_STATES,
+                                 timeout_s=FEED_FAILURE_SETTLE_S, since=st)  # fmt: skip
         except TfcoordError:
             pass
-        if st.get("state") == JobState.FAILED:
+        if st is not None and st.state == JobState.FAILED:
             raise self._failure(st) from e
-        if st.get("state") in (JobState.STOPPING, JobState.STOPPED):
+        if st is not None and st.state in (JobState.STOPPING, JobState.STOPPED):
             cause = [ln for ln in summary.splitlines() if "Error" in ln or "Stopped" in ln] or [summary]
-            log.info("job %s is %s: feeding ended (%s)", self.job, st["state"], cause[-1].strip()[:300])
+            log.info("job %s is %s: feeding ended (%s)", self.job, st.state, cause[-1].strip()[:300])
             return
         cls = feedwire.FeedTimeout if "FeedTimeout" in summary else feedwire.FeedError
         raise cls(f"feeding job {self.job} failed: {summary}") from e
@@ -481,12 +463,7 @@ class SparkCluster:
 
     def _await_stop_request(self, timeout_s: float) -> None:
         """Block until the job stops taking data (a stop was requested, or it ended)."""
-        version, deadline = 0, time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            st = self.driver.watch(self.job, version, max(0.1, min(60.0, deadline - time.monotonic())))
-            if st["state"] not in FEEDING_STATES:
-                return
-            version = st["version"]
+        watch_until(self.driver, self.job, lambda st: st.state not in FEEDING_STATES, timeout_s=timeout_s)
 
 
 def _spark_summary(e: BaseException) -> str:
@@ -657,7 +634,7 @@ def submit_script(
     master_node: str | None = None, eval_node: bool = False, name: str = "",
     emit: Any = print, coordinator: str | None = None, secret: bytes | None = None,
     tls: TlsFiles | None = None,
-) -> dict[str, Any] | None:  # fmt: skip
+) -> JobStatus | None:  # fmt: skip
     """What ``tfcoord submit --engine spark`` does: a Spark application running ``script``.
 
     The script runs as ``__main__`` with ``argv``, the way ``spark-submit`` runs it: a
@@ -711,7 +688,7 @@ def submit_script(
         if _Started.count > started and _Started.last is not None:
             cluster = _Started.last  # the script's own main block ran its job
             status = cluster.status or cluster.shutdown()
-            emit(f"job {status['job']} {status['state']}")
+            emit(f"job {status.job} {status.state}")
             _emit_results(status, emit)
             return status
         if exited:
@@ -739,15 +716,15 @@ def submit_script(
         except JobFailed as e:
             emit(str(e))
             return e.status
-        if status["state"] != JobState.SUCCEEDED:  # STOPPED (tfcoord stop): say so, and why
-            emit(f"job {status['job']} {status['state']}: {status['stop_reason'] or status['error']}")
+        if status.state != JobState.SUCCEEDED:  # STOPPED (tfcoord stop): say so, and why
+            emit(f"job {status.job} {status.state}: {status.stop_reason or status.error}")
             return status
-        emit(f"job {status['job']} SUCCEEDED")
+        emit(f"job {status.job} {status.state}")
         _emit_results(status, emit)
         return status
     except JobFailed as e:
         emit(str(e))
-        return e.status or {"state": JobState.FAILED}
+        return e.status
     finally:
         log.removeHandler(handler)
         log.propagate = propagate
@@ -758,14 +735,10 @@ def submit_script(
             local.stop()
 
 
-def _emit_results(status: dict[str, Any], emit: Any) -> None:
-    for n in status["nodes"]:
-        results = {k.removeprefix("result."): v for k, v in n["meta"].items() if k.startswith("result.")}
-        if results:
-            emit(
-                f"  {n['role']}:{n['index']} on {n['host']}: "
-                + " ".join(f"{k}={v}" for k, v in results.items())
-            )
+def _emit_results(status: JobStatus, emit: Any) -> None:
+    for n in status.nodes:
+        if n.results:
+            emit(f"  {n.name} on {n.host}: " + " ".join(f"{k}={v}" for k, v in n.results.items()))
 
 
 class _ProgressHandler(logging.Handler):

@@ -338,7 +338,7 @@ class NodeSupervisor:
         meta: Meta = {"pid": os.getpid(), "gpu_source": gpus.source}
         meta.update(self.child.prepare(host, client))
         reg = client.register(host, port.port, gpus=gpus.uuids, task_id=cfg.task_id, meta=meta)
-        self.role, self.index = str(reg.get("role", "")), int(reg.get("index", -1))
+        self.role, self.index = reg.role, reg.index
         self.node = f"{self.role}:{self.index} (executor {cfg.executor_id}, host {host})"
         client.start_heartbeats(cfg.heartbeat_interval_s, on_stop=self._on_stop)
         self._was_registered = True

@@ -8,15 +8,15 @@ answered by push when the job changes, never a poll.
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
 
 from tfcoord.client import DriverClient
 from tfcoord.client.client import check_outcome
 from tfcoord.client.errors import DeadlineExceeded
-from tfcoord.client.progress import WATCH_SLICE_S
+from tfcoord.client.progress import TimelineLines
+from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import TERMINAL_JOB, JobState, NodeState
+from tfcoord.client.watcher import watch_until
 
 from ..embedded import EmbeddedCoordinator
 from .config import MesosConfig
@@ -50,39 +50,37 @@ def start_coordinator(config: MesosConfig, *, host: str = "0.0.0.0", port: int =
     ).start()  # fmt: skip
 
 
-def follow(driver: DriverClient, job: str, *, until: Collection[JobState] = TERMINAL_JOB, timeout_s: float,
-           emit: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+def await_state(
+    driver: DriverClient,
+    job: str,
+    *,
+    until: Collection[JobState] = TERMINAL_JOB,
+    timeout_s: float,
+    emit: Callable[[str], None] | None = None,
+) -> JobStatus:
     """Wait until the job's state is in ``until`` (or terminal); emit each new timeline line.
 
     Raises:
         DeadlineExceeded: not there within ``timeout_s``; the message says what is missing.
     """
-    deadline = time.monotonic() + timeout_s
-    version, seen = 0, 0
-    while True:
-        left = deadline - time.monotonic()
-        status = driver.watch(job, version, max(0.0, min(WATCH_SLICE_S, left)))
-        version = status["version"]
-        if emit is not None:
-            for _, text in status["events"][seen:]:
-                emit(text)
-        seen = len(status["events"])
-        if status["state"] in until or status["state"] in TERMINAL_JOB:
-            return status
-        if left <= 0:
-            waiting = [
-                f"{n['role']}:{n['index']} {n['state']}"
-                for n in status["nodes"]
-                if n["state"] != NodeState.RUNNING
-            ]
-            raise DeadlineExceeded(
-                f"job {job} is still {status['state']} after {timeout_s:g} s; missing: "
-                + "; ".join(status["missing"] + waiting)
-            )
+
+    def there(st: JobStatus) -> bool:
+        return st.state in until or st.terminal
+
+    status = watch_until(
+        driver, job, there, timeout_s=timeout_s, on_change=TimelineLines(emit) if emit is not None else None
+    )
+    if not there(status):
+        waiting = [f"{n.name} {n.state}" for n in status.nodes if n.state != NodeState.RUNNING]
+        raise DeadlineExceeded(
+            f"job {job} is still {status.state} after {timeout_s:g} s; missing: "
+            + "; ".join([*status.missing, *waiting])
+        )
+    return status
 
 
 def wait_running(driver: DriverClient, job: str, *, timeout_s: float,
-                 emit: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+                 emit: Callable[[str], None] | None = None) -> JobStatus:  # fmt: skip
     """Block until every node runs (for server mode: every TensorFlow server listens).
 
     Raises:
@@ -90,18 +88,16 @@ def wait_running(driver: DriverClient, job: str, *, timeout_s: float,
         JobStopped: it was stopped first.
         DeadlineExceeded: not running in time.
     """
-    status = follow(driver, job, until={JobState.RUNNING}, timeout_s=timeout_s, emit=emit)
+    status = await_state(driver, job, until={JobState.RUNNING}, timeout_s=timeout_s, emit=emit)
     check_outcome(status)  # FAILED and STOPPED raise; SUCCEEDED (a quick command) is fine
     return status
 
 
-def stop_and_wait(
-    driver: DriverClient, job: str, reason: str, timeout_s: float = STOP_WAIT_S
-) -> dict[str, Any]:
+def stop_and_wait(driver: DriverClient, job: str, reason: str, timeout_s: float = STOP_WAIT_S) -> JobStatus:
     """Stop a job and wait (bounded) until it ends; returns its last status."""
     driver.stop(job, reason)
     try:
-        return follow(driver, job, timeout_s=timeout_s)
+        return await_state(driver, job, timeout_s=timeout_s)
     except DeadlineExceeded:
         return driver.status(job)
 
