@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-local test test-quick lint format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-load docs clean
+.PHONY: install demo demo-local test test-quick lint typecheck format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-load docs clean
 
 $(STAMP): pyproject.toml client/pyproject.toml node/pyproject.toml coordinator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-## Lint, the whole test suite, then the documentation site in strict mode.
-test: lint
+## The typed check: mypy, strict, on what pyproject's [tool.mypy] names.
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+## Lint, the typed check, the whole test suite, then the documentation site in strict mode.
+test: lint typecheck
 	$(PY) -m pytest
 	$(MAKE) -C docs build
 

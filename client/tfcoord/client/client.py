@@ -22,7 +22,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -97,7 +97,7 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def backoff_delays(initial_s: float = BACKOFF_INITIAL_S, cap_s: float = BACKOFF_MAX_S):
+def backoff_delays(initial_s: float = BACKOFF_INITIAL_S, cap_s: float = BACKOFF_MAX_S) -> Iterator[float]:
     """Full-jitter exponential backoff: uniform(0, min(cap, initial * 2**n))."""
     n = 0
     while True:
@@ -116,7 +116,7 @@ class _ClosedIdle(ConnectionClosed):
 @dataclass
 class _Pending:
     msg: m.Request
-    future: Future
+    future: Future[m.Message]
     deadline: float  # monotonic
 
 
@@ -325,7 +325,8 @@ class Client:
         sock = self._sock
         if sock is None:
             raise ConnectionClosed("not connected")
-        return sock.getsockname()[0]
+        host: str = sock.getsockname()[0]
+        return host
 
     def close(self) -> None:
         """Close the connection; pending requests fail with ConnectionClosed."""
@@ -419,7 +420,7 @@ class Client:
                         # deadline also holds REPLY_SLACK_S for the reply's trip, and the
                         # field refuses more than the first request asked (MAX_TIMEOUT_S).
                         left = p.deadline - REPLY_SLACK_S - now
-                        msg = dataclasses.replace(msg, timeout_s=min(msg.timeout_s, max(0.0, left)))  # type: ignore[arg-type]
+                        msg = dataclasses.replace(msg, timeout_s=min(msg.timeout_s, max(0.0, left)))  # type: ignore[call-arg]
                     sock.sendall(Connection().send(msg))
             except OSError as e:  # lost again at once: the reader sees it and reconnects again
                 log.info("resending to %s failed (%s)", self.address, e)
@@ -456,7 +457,7 @@ class Client:
             timeout_s = self._request_timeout_s
         if self._closed.is_set() or self._sock is None:
             raise ConnectionClosed("the client is not connected; call connect() first")
-        future: Future = Future()
+        future: Future[m.Message] = Future()
         with self._lock:
             rid = self._next_id
             self._next_id = rid + 1 if rid < m.MAX_REQUEST_ID else 1

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Final
+from typing import Any, Final
 
 import msgpack
 
@@ -98,9 +98,9 @@ def decode_spec(blob: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> dict[s
     return spec
 
 
-def encode_frame(payload: dict, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+def encode_frame(payload: dict[str, Any], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
     """Frame an already-built map (used to encode a cluster spec once per job)."""
-    body = msgpack.packb(payload, use_bin_type=True)
+    body: bytes = msgpack.packb(payload, use_bin_type=True)
     if len(body) > max_frame_bytes:
         raise LocalProtocolError(f"frame of {len(body)} bytes exceeds the {max_frame_bytes}-byte limit")
     return _HEADER.pack(len(body)) + body
@@ -137,7 +137,7 @@ class ClusterReplyFrames:
         hit = self._tails.get(id(spec))
         if hit is not None and hit[0] is spec:
             return hit[1]
-        tail = self._KEYS["spec"] + msgpack.packb(spec, use_bin_type=True)
+        tail: bytes = self._KEYS["spec"] + msgpack.packb(spec, use_bin_type=True)
         if len(self._tails) >= self.keep:
             del self._tails[next(iter(self._tails))]
         self._tails[id(spec)] = (spec, tail)
@@ -162,7 +162,8 @@ class ClusterReplyFrames:
 
 def pack(obj: object) -> bytes:
     """msgpack-encode a value the way every frame does (str as str, bytes as bin)."""
-    return msgpack.packb(obj, use_bin_type=True)
+    packed: bytes = msgpack.packb(obj, use_bin_type=True)
+    return packed
 
 
 def unpack(data: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> object:

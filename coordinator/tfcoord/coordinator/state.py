@@ -677,7 +677,7 @@ class CoordinatorState:
     def _timer(self, when: float, key: tuple[Any, ...]) -> None:
         heapq.heappush(self._timers, (when, next(self._seq), key))
 
-    def _arm_node(self, job: Job, node: Node) -> None:
+    def _arm_node(self, job: Job, node: Node) -> float:
         """(Re)arm the liveness deadline of a live node, keeping one authoritative entry.
 
         Lazily: a deadline that moves later (every heartbeat) leaves the earlier entry in
@@ -692,6 +692,7 @@ class CoordinatorState:
         if node.timer is None or deadline < node.timer:
             node.timer = deadline
             self._timer(deadline, ("node", job.id, node.executor_id, node.attempt))
+        return node.timer
 
     def _bind(self, job: Job, node: Node, conn: int | None) -> None:
         """Note that ``node`` now speaks through connection ``conn`` (it is connected)."""
@@ -1173,9 +1174,11 @@ class CoordinatorState:
         for w in self._job_waits(job.id, "cluster"):
             wait = self._pop_wait(w)
             assert wait is not None
-            node = self._node(job, wait.executor_id)
-            if node is not None and node.attempt == wait.attempt:
-                self._send(w, m.ClusterReply(id=w[1], role=node.role, index=node.index, spec=job.spec_blob))
+            holder = self._node(job, wait.executor_id)
+            if holder is not None and holder.attempt == wait.attempt:
+                self._send(
+                    w, m.ClusterReply(id=w[1], role=holder.role, index=holder.index, spec=job.spec_blob)
+                )
             else:
                 self._error(w, ErrorCode.STALE_ATTEMPT, f"executor {wait.executor_id} attempt {wait.attempt} "
                             "was replaced before the cluster formed")  # fmt: skip
@@ -1455,8 +1458,8 @@ class CoordinatorState:
                 if node is None or node.attempt != attempt or not node.live or node.timer != when:
                     continue  # superseded entry (lazy deletion)
                 node.timer = None
-                self._arm_node(job, node)
-                if node.timer is not None and node.timer <= ev.now:
+                deadline = self._arm_node(job, node)
+                if deadline <= ev.now:
                     if (
                         node.disconnected_at is not None
                         and ev.now >= node.disconnected_at + job.spec.reconnect_grace_s
