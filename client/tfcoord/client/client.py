@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, Self, overload
 
 from . import auth, tls
 from . import messages as m
@@ -180,7 +180,7 @@ class Client:
 
     # -- connection ---------------------------------------------------------------------
 
-    def connect(self) -> Client:
+    def connect(self) -> Self:
         """Connect and authenticate, retrying refused connections until the deadline.
 
         Raises:
@@ -343,7 +343,7 @@ class Client:
             self._reader.join(timeout=5)
         self._fail_pending(ConnectionClosed("client closed"))
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         if self._sock is None:
             self.connect()
         return self

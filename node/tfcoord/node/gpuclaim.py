@@ -24,7 +24,7 @@ import errno
 import fcntl
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 #: Where claims live unless TFCOORD_GPU_LOCK_DIR says otherwise. A fixed path under
 #: /tmp rather than tempfile.gettempdir(): executors of one host may run with different
@@ -42,10 +42,10 @@ class ClaimError(OSError):
     """The lock directory cannot be used (not creatable, not writable)."""
 
 
-def lock_dir(env: dict[str, str] | None = None) -> str:
+def lock_dir(env: Mapping[str, str] | None = None) -> str:
     """The claims directory: ``TFCOORD_GPU_LOCK_DIR``, else ``/tmp/tfcoord-gpus-<uid>``."""
-    env = os.environ if env is None else env
-    return env.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR.format(uid=os.getuid())
+    found = (os.environ if env is None else env).get(LOCK_DIR_ENV)
+    return found or DEFAULT_LOCK_DIR.format(uid=os.getuid())
 
 
 def _path(directory: str, uuid: str) -> str:
