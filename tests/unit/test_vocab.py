@@ -46,6 +46,8 @@ FOREIGN_TEXT = {
     ("coordinator/tfcoord/coordinator/mesos/scheduler.py", "removed"): "a Mesos master's ERROR event",
     ("coordinator/tfcoord/coordinator/mesos/scheduler.py", "failed over"): "a Mesos master's ERROR event",
     ("coordinator/tfcoord/coordinator/mesos/scheduler.py", "stream id"): "a Mesos master's 400 body",
+    ("coordinator/tfcoord/coordinator/server.py", "accept"): "asyncio's exception-handler context, which "
+    "says what failed only in its message",
     # Left to do: a feeder's FeedTimeout reaches the driver only inside Spark's task failure
     # text; the node should tell the coordinator (a feed timeout as data) before answering
     # its feeders, so the driver can decide on the job's status instead.
