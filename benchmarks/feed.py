@@ -98,8 +98,9 @@ def measure(system: str, sc: Any, rdd: Any, warm: Any, records: int, base: str) 
     TFCluster = _cluster_api(system)
     args = {"dir": run_dir, "tfnode": TFNODE[system]}
     try:
-        cluster = TFCluster.run(sc, map_fun, args, 1, 0, input_mode=TFCluster.InputMode.SPARK,
-                                reservation_timeout=120)  # fmt: skip
+        cluster = TFCluster.run(
+            sc, map_fun, args, 1, 0, input_mode=TFCluster.InputMode.SPARK, reservation_timeout=120
+        )
         try:
             cluster.train(warm, num_epochs=1, feed_timeout=600)
             t0 = time.perf_counter()
@@ -115,9 +116,15 @@ def measure(system: str, sc: Any, rdd: Any, warm: Any, records: int, base: str) 
         expected = records + WARMUP_RECORDS
         expected_total = records * (records - 1) // 2 + WARMUP_RECORDS * (WARMUP_RECORDS - 1) // 2
         ok = seen["count"] == expected and seen["total"] == expected_total
-        return {"system": system, "ok": ok, "records": records, "seconds": round(elapsed, 3),
-                "records_per_s": round(records / elapsed), "node_saw": seen["count"],
-                **({} if ok else {"error": f"node saw {seen} records, expected {expected}"})}  # fmt: skip
+        return {
+            "system": system,
+            "ok": ok,
+            "records": records,
+            "seconds": round(elapsed, 3),
+            "records_per_s": round(records / elapsed),
+            "node_saw": seen["count"],
+            **({} if ok else {"error": f"node saw {seen} records, expected {expected}"}),
+        }
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # TFCluster calls sys.exit(1) on a failed node
@@ -166,9 +173,16 @@ def summarize(rows: list[dict[str, Any]], records: int, spark_version: str) -> d
 
     ours, theirs = median(TFCOORD), median(TFOS)
     ratio = round(ours / theirs, 2) if ours and theirs else None
-    return {"summary": True, "records": records, "spark": spark_version,
-            "tfcoord_records_per_s": ours, "tfos_records_per_s": theirs, "ratio": ratio,
-            "target_ratio": TARGET_RATIO, "meets_target": None if ratio is None else ratio >= TARGET_RATIO}  # fmt: skip
+    return {
+        "summary": True,
+        "records": records,
+        "spark": spark_version,
+        "tfcoord_records_per_s": ours,
+        "tfos_records_per_s": theirs,
+        "ratio": ratio,
+        "target_ratio": TARGET_RATIO,
+        "meets_target": None if ratio is None else ratio >= TARGET_RATIO,
+    }
 
 
 def main() -> int:

@@ -98,10 +98,25 @@ class Coordinator:
         t0 = time.monotonic()
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tfcoord", "--log-level", "WARNING", "serve", "--port", str(self.port),
-                 "--port-file", str(port_file), "--secret-file", str(self.secret_file), "--state-dir", str(self.state)],
-                stdout=subprocess.DEVNULL, stderr=log,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "tfcoord",
+                    "--log-level",
+                    "WARNING",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--port-file",
+                    str(port_file),
+                    "--secret-file",
+                    str(self.secret_file),
+                    "--state-dir",
+                    str(self.state),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         while not port_file.exists():  # written atomically once it listens
             if self.proc.poll() is not None or time.monotonic() - t0 > 60:
                 raise RuntimeError(f"tfcoord serve did not start:\n{self.log.read_text()[-2000:]}")
@@ -207,8 +222,11 @@ class SimNode(asyncio.Protocol):
         if not isinstance(challenge, m.Challenge):
             raise ConnectionError(f"no challenge: {challenge}")
         proof = auth.client_proof(self.token, challenge.nonce, "node", self.job)
-        self._write(m.Hello(version=m.PROTOCOL_VERSION, role="node", job=self.job, proof=proof,
-                            cnonce=auth.new_nonce()))  # fmt: skip
+        self._write(
+            m.Hello(
+                version=m.PROTOCOL_VERSION, role="node", job=self.job, proof=proof, cnonce=auth.new_nonce()
+            )
+        )
         welcome = await self._handshake.get()
         if not isinstance(welcome, m.Welcome):
             raise ConnectionError(f"refused: {welcome}")
@@ -251,8 +269,16 @@ class SimNode(asyncio.Protocol):
         if self.hb_t0 is not None or self.transport is None or self.lost.is_set():
             return False
         self.hb_id = next(self._ids)
-        frame = encode_frame({"op": "heartbeat", "id": self.hb_id, "job": self.job,
-                              "executor_id": self.executor_id, "attempt": 0, "meta": {}})  # fmt: skip
+        frame = encode_frame(
+            {
+                "op": "heartbeat",
+                "id": self.hb_id,
+                "job": self.job,
+                "executor_id": self.executor_id,
+                "attempt": 0,
+                "meta": {},
+            }
+        )
         self.hb_t0 = time.perf_counter()
         self.transport.write(frame)
         return True
@@ -344,8 +370,14 @@ async def _load_worker(pipe: Pipe, port: int, nodes: list[tuple[str, bytes, int]
         node = SimNode(job, token, executor_id)
         try:
             await node.connect("127.0.0.1", port, gate)
-            await node.call(lambda i: m.Register(id=i, host=f"10.0.{executor_id // 250}.{executor_id % 250}",
-                                                 port=20000 + executor_id, **node.ids()))  # fmt: skip
+            await node.call(
+                lambda i: m.Register(
+                    id=i,
+                    host=f"10.0.{executor_id // 250}.{executor_id % 250}",
+                    port=20000 + executor_id,
+                    **node.ids(),
+                )
+            )
             beater.add(node)  # heartbeats from registration on, like NodeClient
             await node.call(lambda i: m.AwaitCluster(id=i, timeout_s=AWAIT_CLUSTER_S, **node.ids()))
             await node.call(lambda i: m.Report(id=i, state="running", **node.ids()))
@@ -377,8 +409,16 @@ async def _load_worker(pipe: Pipe, port: int, nodes: list[tuple[str, bytes, int]
     await beating
     await asyncio.gather(*lives)
     errors += beater.refused
-    pipe.send(("result", {k: a.tobytes() for k, a in beater.latencies.items()}, errors[:3], len(errors),
-               beater.late, beater.tick_lag.tobytes()))  # fmt: skip
+    pipe.send(
+        (
+            "result",
+            {k: a.tobytes() for k, a in beater.latencies.items()},
+            errors[:3],
+            len(errors),
+            beater.late,
+            beater.tick_lag.tobytes(),
+        )
+    )
 
 
 def _worker(target: Callable[..., Any], pipe: Pipe, *args: Any) -> None:
@@ -413,8 +453,14 @@ def run_load(nodes: int, jobs: int, duration_s: float, clients: int) -> dict[str
         try:
             per_job = nodes // jobs
             with DriverClient(coord.address, coord.secret) as d:
-                ids = [d.submit(JobSpec(roles=make_roles(per_job), reservation_timeout_s=PHASE_TIMEOUT_S,
-                                        name=f"load-{j}")) for j in range(jobs)]  # fmt: skip
+                ids = [
+                    d.submit(
+                        JobSpec(
+                            roles=make_roles(per_job), reservation_timeout_s=PHASE_TIMEOUT_S, name=f"load-{j}"
+                        )
+                    )
+                    for j in range(jobs)
+                ]
                 tokens = {job: d.job_token(job) for job in ids}
             assignments: list[list[tuple[str, bytes, int]]] = [[] for _ in range(clients)]
             for j, job in enumerate(ids):
@@ -450,13 +496,20 @@ def run_load(nodes: int, jobs: int, duration_s: float, clients: int) -> dict[str
             lag = sorted(x for r in results for x in array("d", r[5]))
             p99_ms = _percentile(lat, 0.99) * 1e3
             return {
-                "phase": "load", "ok": failures == 0 and states.count("SUCCEEDED") == jobs,
-                "connections": per_job * jobs, "jobs": jobs, "duration_s": round(w1 - w0, 1),
-                "setup_s": round(setup_s, 1), "heartbeats": len(lat),
-                "heartbeats_per_s": round(len(lat) / (w1 - w0)), "heartbeats_late": late,
-                "p50_ms": round(_percentile(lat, 0.5) * 1e3, 2), "p99_ms": round(p99_ms, 2),
+                "phase": "load",
+                "ok": failures == 0 and states.count("SUCCEEDED") == jobs,
+                "connections": per_job * jobs,
+                "jobs": jobs,
+                "duration_s": round(w1 - w0, 1),
+                "setup_s": round(setup_s, 1),
+                "heartbeats": len(lat),
+                "heartbeats_per_s": round(len(lat) / (w1 - w0)),
+                "heartbeats_late": late,
+                "p50_ms": round(_percentile(lat, 0.5) * 1e3, 2),
+                "p99_ms": round(p99_ms, 2),
                 "max_ms": round(lat[-1] * 1e3, 1) if lat else None,
-                "p99_target_ms": TARGET_P99_MS, "p99_met": p99_ms < TARGET_P99_MS,
+                "p99_target_ms": TARGET_P99_MS,
+                "p99_met": p99_ms < TARGET_P99_MS,
                 "setup_p50_ms": round(_percentile(storm, 0.5) * 1e3, 2),
                 "setup_p99_ms": round(_percentile(storm, 0.99) * 1e3, 2),
                 "setup_max_ms": round(storm[-1] * 1e3, 1) if storm else None,
@@ -464,10 +517,12 @@ def run_load(nodes: int, jobs: int, duration_s: float, clients: int) -> dict[str
                 "client_lag_p99_ms": round(_percentile(lag, 0.99) * 1e3, 2),
                 "client_lag_max_ms": round(lag[-1] * 1e3, 1) if lag else None,
                 "coordinator_cpu_percent": round((cpu1 - cpu0) / (w1 - w0) * 100, 1),
-                "coordinator_rss_mb": round(rss, 1), "coordinator_peak_rss_mb": round(peak, 1),
-                "jobs_succeeded": states.count("SUCCEEDED"), "node_failures": failures,
+                "coordinator_rss_mb": round(rss, 1),
+                "coordinator_peak_rss_mb": round(peak, 1),
+                "jobs_succeeded": states.count("SUCCEEDED"),
+                "node_failures": failures,
                 "errors": [e for r in results for e in r[2]][:3],
-            }  # fmt: skip
+            }
         finally:
             coord.stop()
 
@@ -517,12 +572,18 @@ def run_fuzz(seconds: float, clients: int) -> dict[str, Any]:
             errors = coord.errors_logged()
             hung = sum(r[2] for r in results)
             return {
-                "phase": "fuzz", "ok": alive and normal == "SUCCEEDED" and not errors and hung == 0,
-                "frames": frames, "seconds": round(wall, 1), "frames_per_s": round(frames / wall),
-                "coordinator_cpu_percent": round(cpu / wall * 100, 1), "survived": alive,
-                "normal_job_after": normal, "errors_logged": errors[:3], "hung_connections": hung,
+                "phase": "fuzz",
+                "ok": alive and normal == "SUCCEEDED" and not errors and hung == 0,
+                "frames": frames,
+                "seconds": round(wall, 1),
+                "frames_per_s": round(frames / wall),
+                "coordinator_cpu_percent": round(cpu / wall * 100, 1),
+                "survived": alive,
+                "normal_job_after": normal,
+                "errors_logged": errors[:3],
+                "hung_connections": hung,
                 "bad_replies": sum(r[3] for r in results),
-            }  # fmt: skip
+            }
         finally:
             coord.stop()
 
@@ -621,14 +682,21 @@ def run_restart(nodes: int) -> dict[str, Any]:
             proc.join(60)
             resumed_s = (last_resumed - t_kill) if last_resumed else None
             return {
-                "phase": "restart", "ok": count == nodes and not errors and st["state"] == "RUNNING",
-                "nodes": nodes, "kill_to_listening_s": round(listening_s, 3),
+                "phase": "restart",
+                "ok": count == nodes and not errors and st["state"] == "RUNNING",
+                "nodes": nodes,
+                "kill_to_listening_s": round(listening_s, 3),
                 "kill_to_all_resumed_s": round(resumed_s, 3) if resumed_s else None,
-                "kill_to_half_resumed_s": round(_percentile(resumed_at, 0.5) - t_kill, 3) if resumed_at else None,
+                "kill_to_half_resumed_s": round(_percentile(resumed_at, 0.5) - t_kill, 3)
+                if resumed_at
+                else None,
                 "listening_to_all_resumed_s": round(resumed_s - listening_s, 3) if resumed_s else None,
-                "target_s": TARGET_RESUME_S, "target_met": bool(resumed_s and resumed_s < TARGET_RESUME_S),
-                "resumed": count, "job_state_after": st["state"], "errors": errors,
-            }  # fmt: skip
+                "target_s": TARGET_RESUME_S,
+                "target_met": bool(resumed_s and resumed_s < TARGET_RESUME_S),
+                "resumed": count,
+                "job_state_after": st["state"],
+                "errors": errors,
+            }
         finally:
             if proc is not None and proc.is_alive():
                 proc.kill()
@@ -648,9 +716,11 @@ def main() -> int:
     args = ap.parse_args()
     if args.nodes % args.jobs:
         ap.error("--nodes must be a multiple of --jobs")
-    runs = {"load": lambda: run_load(args.nodes, args.jobs, args.duration, args.clients),
-            "fuzz": lambda: run_fuzz(args.fuzz_seconds, args.clients),
-            "restart": lambda: run_restart(args.restart_nodes)}  # fmt: skip
+    runs = {
+        "load": lambda: run_load(args.nodes, args.jobs, args.duration, args.clients),
+        "fuzz": lambda: run_fuzz(args.fuzz_seconds, args.clients),
+        "restart": lambda: run_restart(args.restart_nodes),
+    }
     rows = []
     for phase in args.phases.split(","):
         try:

@@ -75,10 +75,24 @@ class FakeMasterProcess:
     def __init__(self, workdir: Path) -> None:
         port_file = workdir / "master.port"
         self.proc = subprocess.Popen(
-            [sys.executable, str(FAKE_MASTER), "--port", "0", "--port-file", str(port_file),
-             "--cpus", "8", "--mem", "16384", "--log-level", "WARNING"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(FAKE_MASTER),
+                "--port",
+                "0",
+                "--port-file",
+                str(port_file),
+                "--cpus",
+                "8",
+                "--mem",
+                "16384",
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # printed once the port file is in place
         if "listening" not in line:
@@ -130,15 +144,19 @@ def run_tfmesos2(master: str, python: str) -> dict[str, Any]:
     )
     t0 = time.monotonic()
     try:
-        out = subprocess.run([python, "-c", TFMESOS2_RUN], env=env, capture_output=True, text=True,
-                             timeout=TFMESOS2_TIMEOUT_S)  # fmt: skip
+        out = subprocess.run(
+            [python, "-c", TFMESOS2_RUN], env=env, capture_output=True, text=True, timeout=TFMESOS2_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired as e:
         tail = (e.stderr or b"")[-800:]
         return {"error": f"no readiness within {TFMESOS2_TIMEOUT_S:g} s", "stderr_tail": str(tail)}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
-        return {"error": f"exit code {out.returncode}", "stderr_tail": out.stderr[-800:],
-                "took_s": round(time.monotonic() - t0, 3)}  # fmt: skip
+        return {
+            "error": f"exit code {out.returncode}",
+            "stderr_tail": out.stderr[-800:],
+            "took_s": round(time.monotonic() - t0, 3),
+        }
     result = json.loads(lines[-1])
     result["ready_s"] = round(result["ready_s"], 3)
     return result
@@ -155,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tfmesos2-runs", type=int, default=1, help="tfmesos2 runs (about 20 s each); 0 skips it"
     )
-    parser.add_argument("--tfmesos2-python", default=TFMESOS2_TASK_PYTHON,
-                        help="interpreter of tfmesos2's scheduler (its tasks always run /usr/bin/python3)")  # fmt: skip
+    parser.add_argument(
+        "--tfmesos2-python",
+        default=TFMESOS2_TASK_PYTHON,
+        help="interpreter of tfmesos2's scheduler (its tasks always run /usr/bin/python3)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mesos-bench-") as tmp:

@@ -133,8 +133,13 @@ class _Node(asyncio.Protocol):
         assert self.transport is not None
         if isinstance(msg, m.Challenge):
             proof = auth.client_proof(self.token, msg.nonce, "node", job)
-            self.transport.write(conn.send(m.Hello(
-                version=m.PROTOCOL_VERSION, role="node", job=job, proof=proof, cnonce=auth.new_nonce())))  # fmt: skip
+            self.transport.write(
+                conn.send(
+                    m.Hello(
+                        version=m.PROTOCOL_VERSION, role="node", job=job, proof=proof, cnonce=auth.new_nonce()
+                    )
+                )
+            )
         elif isinstance(msg, m.Welcome):
             node_host, node_port = _address(i)
             # Register, then (as NodeClient.start_heartbeats does) a stop wait that stays
@@ -143,7 +148,7 @@ class _Node(asyncio.Protocol):
                 conn.send(m.Register(id=1, job=job, executor_id=i, attempt=0, host=node_host, port=node_port))
                 + conn.send(m.AwaitStop(id=3, job=job, executor_id=i, attempt=0, timeout_s=3600.0))
                 + conn.send(m.AwaitCluster(id=2, job=job, executor_id=i, attempt=0, timeout_s=RUN_TIMEOUT_S))
-            )  # fmt: skip
+            )
         elif isinstance(msg, m.Error):
             raise RuntimeError(f"node {i}: {msg.code}: {msg.message}")
         elif isinstance(msg, m.ClusterReply):
@@ -160,8 +165,9 @@ class _Node(asyncio.Protocol):
         # The register reply (m.Reply) needs no answer.
 
 
-async def _node(host: str, port: int, token: bytes, job: str, i: int, size: int,
-                gate: asyncio.Queue[None]) -> asyncio.Transport:  # fmt: skip
+async def _node(
+    host: str, port: int, token: bytes, job: str, i: int, size: int, gate: asyncio.Queue[None]
+) -> asyncio.Transport:
     """Connect (at most CONNECTS_IN_FLIGHT at once), then wait until node ``i`` holds the spec."""
     await gate.get()
     try:
@@ -214,10 +220,19 @@ def run_tfcoord(nodes: int) -> dict:
         secret_file, port_file = Path(tmp, "secret"), Path(tmp, "port")
         secret = auth.write_secret(secret_file)
         proc = subprocess.Popen(
-            [*SERVE_PREFIX,
-             "--log-level", "WARNING", "serve", "--port", "0", "--port-file", str(port_file),
-             "--secret-file", str(secret_file)],
-        )  # fmt: skip
+            [
+                *SERVE_PREFIX,
+                "--log-level",
+                "WARNING",
+                "serve",
+                "--port",
+                "0",
+                "--port-file",
+                str(port_file),
+                "--secret-file",
+                str(secret_file),
+            ],
+        )
         try:
             deadline = time.monotonic() + 60
             while not port_file.exists():  # the coordinator writes it atomically once listening
@@ -242,7 +257,10 @@ def run_tfcoord(nodes: int) -> dict:
                 state = d.status(job)["state"]
                 assert state == "READY", f"job is {state}, not READY"
             return {
-                "system": "tfcoord", "nodes": nodes, "ok": True, "all_ready_s": round(took, 4),
+                "system": "tfcoord",
+                "nodes": nodes,
+                "ok": True,
+                "all_ready_s": round(took, 4),
                 "coordinator_rss_mb": round(rss, 1),
                 "rss_per_node_kb": round((rss - rss_idle) * 1024 / nodes, 2),
                 "driver_updates": len(seen),
@@ -251,10 +269,16 @@ def run_tfcoord(nodes: int) -> dict:
                 "coordinator_cpu_s": round(cpu, 2),
                 # What simulating the nodes (and the driver's watch) cost this process.
                 "simulator_cpu_s": round(sim, 2),
-            }  # fmt: skip
+            }
         except Exception as e:
-            return {"system": "tfcoord", "nodes": nodes, "ok": False, "error": f"{type(e).__name__}: {e}",
-                    "all_ready_s": None, "coordinator_rss_mb": None}  # fmt: skip
+            return {
+                "system": "tfcoord",
+                "nodes": nodes,
+                "ok": False,
+                "error": f"{type(e).__name__}: {e}",
+                "all_ready_s": None,
+                "coordinator_rss_mb": None,
+            }
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -269,8 +293,13 @@ def summarise(nodes: int, runs: list[dict]) -> dict:
     """One row for ``runs`` of one cluster size: the distribution of all_ready_s and the
     medians of the per-node costs. A failed run fails the row (and is counted)."""
     ok = [r for r in runs if r["ok"]]
-    row: dict = {"system": "tfcoord", "nodes": nodes, "ok": len(ok) == len(runs), "runs": len(runs),
-                 "failed_runs": len(runs) - len(ok)}  # fmt: skip
+    row: dict = {
+        "system": "tfcoord",
+        "nodes": nodes,
+        "ok": len(ok) == len(runs),
+        "runs": len(runs),
+        "failed_runs": len(runs) - len(ok),
+    }
     if not ok:
         return {**row, "error": runs[0].get("error"), "all_ready_s_median": None}
     took = sorted(r["all_ready_s"] for r in ok)
@@ -319,9 +348,17 @@ def main() -> int:
             mine = ours["all_ready_s"] if args.repeats == 1 else ours["all_ready_s_median"]
             if ours["ok"] and theirs.get("ok"):
                 ratio = theirs["all_ready_s"] / mine
-                print(json.dumps({"nodes": n, "tfos_all_ready_s": theirs["all_ready_s"],
-                                  "tfcoord_all_ready_s": mine, "speedup_vs_tfos": round(ratio, 1)}),
-                      flush=True)  # fmt: skip
+                print(
+                    json.dumps(
+                        {
+                            "nodes": n,
+                            "tfos_all_ready_s": theirs["all_ready_s"],
+                            "tfcoord_all_ready_s": mine,
+                            "speedup_vs_tfos": round(ratio, 1),
+                        }
+                    ),
+                    flush=True,
+                )
     if not args.json:
         print(f"\n{'system':<28}{'nodes':>7}{'all_ready_s':>13}{'rss_mb':>9}", file=sys.stderr)
         for r in rows:

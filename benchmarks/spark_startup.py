@@ -195,11 +195,15 @@ def run_tfcoord(sc: Any, run_dir: str) -> dict[str, Any]:
     spec = _stamps(run_dir, "spec")
     coordination = max(spec) - registered if registered and len(spec) == NUM_EXECUTORS else None
     return {
-        "system": TFCOORD, "ok": True, "state": status["state"], **row,
-        "run_returned_s": round(t_run - t0, 4), "until_shutdown_s": round(t_end - t0, 4),
+        "system": TFCOORD,
+        "ok": True,
+        "state": status["state"],
+        **row,
+        "run_returned_s": round(t_run - t0, 4),
+        "until_shutdown_s": round(t_end - t0, 4),
         "coordination_s": None if coordination is None else round(coordination, 5),
         "coordination_events_bound_s": round(running - registered, 5) if registered and running else None,
-    }  # fmt: skip
+    }
 
 
 def run_tfos(sc: Any, run_dir: str) -> dict[str, Any]:
@@ -220,10 +224,13 @@ def run_tfos(sc: Any, run_dir: str) -> dict[str, Any]:
     reg, spec = _stamps(run_dir, "register"), _stamps(run_dir, "spec")
     ok = len(reg) == len(spec) == NUM_EXECUTORS
     return {
-        "system": TFOS, "ok": True, **row,
-        "run_returned_s": round(t_run - t0, 4), "until_shutdown_s": round(t_end - t0, 4),
+        "system": TFOS,
+        "ok": True,
+        **row,
+        "run_returned_s": round(t_run - t0, 4),
+        "until_shutdown_s": round(t_end - t0, 4),
         "coordination_s": round(max(spec) - max(reg), 5) if ok else None,
-    }  # fmt: skip
+    }
 
 
 RUNNERS = {TFCOORD: run_tfcoord, TFOS: run_tfos}
@@ -298,10 +305,13 @@ def summarize(rows: list[dict[str, Any]], spark_version: str) -> dict[str, Any]:
         if not mine:
             continue
         out[system] = {
-            "runs": len(mine), "ok": sum(1 for r in mine if r.get("ok")),
-            **{f"median_{k}": _median(mine, k)
-               for k in ("startup_s", "run_returned_s", "until_shutdown_s", "coordination_s")},
-        }  # fmt: skip
+            "runs": len(mine),
+            "ok": sum(1 for r in mine if r.get("ok")),
+            **{
+                f"median_{k}": _median(mine, k)
+                for k in ("startup_s", "run_returned_s", "until_shutdown_s", "coordination_s")
+            },
+        }
         errors = [r["error"] for r in mine if not r.get("ok")]
         if errors:
             out[system]["error"] = errors[0]
@@ -371,16 +381,20 @@ def main() -> int:
     summary = summarize(rows, pyspark.__version__)
     print(json.dumps(summary), flush=True)
     if not args.json:
-        print(f"\n{'system':<26}{'startup_s':>11}{'run_ret_s':>11}{'shutdown_s':>12}{'coord_ms':>10}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"\n{'system':<26}{'startup_s':>11}{'run_ret_s':>11}{'shutdown_s':>12}{'coord_ms':>10}",
+            file=sys.stderr,
+        )
         for r in rows:
             if not r.get("ok"):
                 print(f"{r['system']:<26}FAIL {r['error'].splitlines()[-1][:80]}", file=sys.stderr)
                 continue
             coord = "-" if r.get("coordination_s") is None else f"{r['coordination_s'] * 1000:.1f}"
-            print(f"{r['system']:<26}{r['startup_s']:>11.3f}{r['run_returned_s']:>11.3f}"
-                  f"{r['until_shutdown_s']:>12.3f}{coord:>10}" + ("  (warm-up)" if r["warmup"] else ""),
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"{r['system']:<26}{r['startup_s']:>11.3f}{r['run_returned_s']:>11.3f}"
+                f"{r['until_shutdown_s']:>12.3f}{coord:>10}" + ("  (warm-up)" if r["warmup"] else ""),
+                file=sys.stderr,
+            )
     return 0
 
 

@@ -44,9 +44,12 @@ _HOSTS = ("127.0.0.1", "10.0.0.1", "node-a.example", "h")
 _GPUS = ("GPU-0", "GPU-1", "GPU-x")
 _TEXT = ("", "x", "boom", "Traceback (most recent call last):\nValueError: bad", "ünïcødé ✓", "a" * 300)
 _TEMPLATES = (
-    (("worker", 1),), (("worker", 3),), (("ps", 1), ("worker", 2)),
-    (("chief", 1), ("evaluator", 1), ("worker", 2)), (("master", 1), ("worker", 1)),
-)  # fmt: skip
+    (("worker", 1),),
+    (("worker", 3),),
+    (("ps", 1), ("worker", 2)),
+    (("chief", 1), ("evaluator", 1), ("worker", 2)),
+    (("master", 1), ("worker", 1)),
+)
 
 
 @dataclass
@@ -94,8 +97,13 @@ class Generator:
         structured: extra wire maps (from hypothesis) to place into plans as they fit.
     """
 
-    def __init__(self, rng: random.Random, secret: bytes, jobs: dict[str, int],
-                 structured: Sequence[dict[str, Any]] = ()) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rng: random.Random,
+        secret: bytes,
+        jobs: dict[str, int],
+        structured: Sequence[dict[str, Any]] = (),
+    ) -> None:
         self.rng = rng
         self.secret = secret
         self.jobs = dict(jobs)
@@ -121,17 +129,25 @@ class Generator:
     def _meta(self) -> dict[str, Any]:
         r = self.rng
         choices: list[Any] = ["", "v", 7, -1, 2**40, 1.5, float("nan"), float("inf"), "ü" * 10]
-        return {r.choice(("pid", "tensorboard_url", "child_pid", "k", "ü")): r.choice(choices)
-                for _ in range(r.randrange(0, 4))}  # fmt: skip
+        return {
+            r.choice(("pid", "tensorboard_url", "child_pid", "k", "ü")): r.choice(choices)
+            for _ in range(r.randrange(0, 4))
+        }
 
     def _spec(self) -> m.JobSpec:
         r = self.rng
         roles = r.choice(_TEMPLATES)
         tolerate = ("evaluator",) if r.random() < 0.3 else ()
-        return m.JobSpec(roles=roles, reservation_timeout_s=r.choice((0.05, 0.5, 30.0)),
-                         heartbeat_timeout_s=r.choice((0.05, 1.0, 30.0)), reconnect_grace_s=r.choice((0.0, 0.1, 3.0)),
-                         tolerate_failure=tolerate, name=self._text(40), engine="fuzz",
-                         labels={"n": r.randrange(100)})  # fmt: skip
+        return m.JobSpec(
+            roles=roles,
+            reservation_timeout_s=r.choice((0.05, 0.5, 30.0)),
+            heartbeat_timeout_s=r.choice((0.05, 1.0, 30.0)),
+            reconnect_grace_s=r.choice((0.0, 0.1, 3.0)),
+            tolerate_failure=tolerate,
+            name=self._text(40),
+            engine="fuzz",
+            labels={"n": r.randrange(100)},
+        )
 
     def request(self, role: str, job: str | None, rid: int) -> m.Request:
         """A valid request with random fields: mostly ops the role may send, sometimes not."""
@@ -155,9 +171,15 @@ class Generator:
         if op is m.Status:
             return m.Status(id=rid, job=own if r.random() < 0.7 else None)
         if op is m.Register:
-            return m.Register(id=rid, host=r.choice(_HOSTS), port=r.randrange(1, 65536),
-                              gpus=tuple(r.sample(_GPUS, r.randrange(0, 3))), task_id=self._text(40),
-                              meta=self._meta(), **slot)  # fmt: skip
+            return m.Register(
+                id=rid,
+                host=r.choice(_HOSTS),
+                port=r.randrange(1, 65536),
+                gpus=tuple(r.sample(_GPUS, r.randrange(0, 3))),
+                task_id=self._text(40),
+                meta=self._meta(),
+                **slot,
+            )
         if op is m.AwaitCluster:
             return m.AwaitCluster(id=rid, timeout_s=self._wait(), **slot)
         if op is m.Report:
@@ -172,8 +194,21 @@ class Generator:
     def hostile(self, sample: bytes) -> tuple[str, bytes]:
         """A hostile frame (kind, bytes), some made from ``sample``, a valid frame."""
         r = self.rng
-        kind = r.choice(("garbage", "bitflip", "bitflip", "truncated", "short_length", "long_length",
-                         "oversize", "bad_map", "bad_map", "non_request", "trailing_garbage"))  # fmt: skip
+        kind = r.choice(
+            (
+                "garbage",
+                "bitflip",
+                "bitflip",
+                "truncated",
+                "short_length",
+                "long_length",
+                "oversize",
+                "bad_map",
+                "bad_map",
+                "non_request",
+                "trailing_garbage",
+            )
+        )
         if kind == "garbage":
             return kind, r.randbytes(r.randrange(1, 80))
         if kind == "bitflip":
@@ -196,8 +231,14 @@ class Generator:
             data = pack(mp)
             return kind, struct.pack(">I", len(data)) + data
         if kind == "non_request":
-            msg = r.choice((m.Challenge(version=1, nonce=auth.new_nonce()), m.Welcome(proof=bytes(32)),
-                            m.Reply(id=1, result={}), m.Error(id=None, code="x", message="y")))  # fmt: skip
+            msg = r.choice(
+                (
+                    m.Challenge(version=1, nonce=auth.new_nonce()),
+                    m.Welcome(proof=bytes(32)),
+                    m.Reply(id=1, result={}),
+                    m.Error(id=None, code="x", message="y"),
+                )
+            )
             return kind, Connection().send(msg)
         return kind, sample + r.randbytes(r.randrange(1, 40))  # trailing_garbage
 
@@ -318,15 +359,27 @@ async def run_plan(
             role = plan.role or gen.rng.choice(m.CLIENT_ROLES)
             job = plan.job if plan.role is not None else gen.rng.choice(list(gen.jobs))
             key = auth.job_token(gen.secret, job) if role == "node" else gen.secret  # type: ignore[arg-type]
-            hello = m.Hello(version=m.PROTOCOL_VERSION, role=role, job=job,
-                            proof=auth.client_proof(key, challenge.nonce, role, job), cnonce=auth.new_nonce())  # fmt: skip
+            hello = m.Hello(
+                version=m.PROTOCOL_VERSION,
+                role=role,
+                job=job,
+                proof=auth.client_proof(key, challenge.nonce, role, job),
+                cnonce=auth.new_nonce(),
+            )
             frame = conn.send(hello)
             if plan.damage is not None:
                 damaged = plan.damage(frame, gen.rng)
                 if not damaged:  # a proper hello, with the wrong key
                     wrong = auth.client_proof(auth.new_secret(), challenge.nonce, role, job)
-                    damaged = conn.send(m.Hello(version=m.PROTOCOL_VERSION, role=role, job=job, proof=wrong,
-                                                cnonce=auth.new_nonce()))  # fmt: skip
+                    damaged = conn.send(
+                        m.Hello(
+                            version=m.PROTOCOL_VERSION,
+                            role=role,
+                            job=job,
+                            proof=wrong,
+                            cnonce=auth.new_nonce(),
+                        )
+                    )
                 writer.write(damaged)
             else:
                 writer.write(frame + b"".join(plan.requests) + plan.tail)
@@ -364,8 +417,14 @@ async def run_plan(
             pass
 
 
-async def run_plans(host: str, port: int, gen: Generator, plans: Sequence[Plan], concurrency: int = 64,
-                    close_wait_s: float | None = None) -> list[Outcome]:  # fmt: skip
+async def run_plans(
+    host: str,
+    port: int,
+    gen: Generator,
+    plans: Sequence[Plan],
+    concurrency: int = 64,
+    close_wait_s: float | None = None,
+) -> list[Outcome]:
     """Run every plan, ``concurrency`` connections at a time (see :func:`run_plan`)."""
     sem = asyncio.Semaphore(concurrency)
 

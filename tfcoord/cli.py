@@ -168,8 +168,10 @@ def _separate_http_token(token_file: str, secret_file: str | None, secret: bytes
     ``?token=`` URL, so in browser history and sometimes in proxy logs. Whoever holds the
     secret can submit and stop jobs and mint every job token.
     """
-    why = ("the HTTP token travels in browser URLs (the dashboard's ?token=), while the secret lets its "
-           "holder run and stop jobs; give --http-token-file a file of its own (created if missing)")  # fmt: skip
+    why = (
+        "the HTTP token travels in browser URLs (the dashboard's ?token=), while the secret lets its "
+        "holder run and stop jobs; give --http-token-file a file of its own (created if missing)"
+    )
     token_path, secret_path = Path(token_file), Path(secret_file or "")
     if token_path.resolve() == secret_path.resolve() or (
         token_path.exists() and secret_path.exists() and token_path.samefile(secret_path)
@@ -217,18 +219,27 @@ def _check_address(address: str) -> None:
     try:
         parse_address(address)
     except ValueError:
-        raise UsageError(f"coordinator address {address!r} must look like HOST:PORT, e.g. "
-                         f"{address.rstrip(':') or 'localhost'}:7070 (--address or {ADDRESS_ENV})") from None  # fmt: skip
+        raise UsageError(
+            f"coordinator address {address!r} must look like HOST:PORT, e.g. "
+            f"{address.rstrip(':') or 'localhost'}:7070 (--address or {ADDRESS_ENV})"
+        ) from None
 
 
 def _connect(cfg: ClientConfig, args: argparse.Namespace, role: str = "driver") -> DriverClient:
     """A connected client that gives up after ``--timeout``, and at once on a refused
     connection or a host that does not resolve: a person is waiting."""
     timeout_s = args.timeout
-    client = DriverClient(cfg.address, cfg.secret, role=role, ssl_context=cfg.ssl_context,
-                          connect_deadline_s=timeout_s, reconnect_deadline_s=timeout_s, fail_fast=True,
-                          challenge_timeout_s=min(CLI_CHALLENGE_TIMEOUT_S, timeout_s),
-                          request_timeout_s=timeout_s)  # fmt: skip
+    client = DriverClient(
+        cfg.address,
+        cfg.secret,
+        role=role,
+        ssl_context=cfg.ssl_context,
+        connect_deadline_s=timeout_s,
+        reconnect_deadline_s=timeout_s,
+        fail_fast=True,
+        challenge_timeout_s=min(CLI_CHALLENGE_TIMEOUT_S, timeout_s),
+        request_timeout_s=timeout_s,
+    )
     return client.connect()
 
 
@@ -263,8 +274,12 @@ def _server_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {"ts": record.created, "level": record.levelname, "logger": record.name,
-                               "message": record.getMessage()}  # fmt: skip
+        out: dict[str, Any] = {
+            "ts": record.created,
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         # The coordinator logs job changes as "job %s: ..."; lift the id into its own field.
         if isinstance(record.args, tuple) and record.args and str(record.msg).startswith("job %s"):
             out["job"] = record.args[0]
@@ -331,11 +346,19 @@ async def _serve(cfg: ServeConfig) -> None:
     try:
         host, port = await server.start()
     except OSError as e:  # the port is taken, or the host is not an address of this machine
-        raise UsageError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}; another process (a "
-                         "running tfcoord serve?) holds the port: stop it, or pick another --port "
-                         "(0 picks a free one, see --port-file)") from None  # fmt: skip
-    log.info("tfcoord %s coordinator listening on %s:%d (%d journal events replayed, state in %s)",
-             __version__, host, port, replayed, cfg.state_dir or "memory")  # fmt: skip
+        raise UsageError(
+            f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}; another process (a "
+            "running tfcoord serve?) holds the port: stop it, or pick another --port "
+            "(0 picks a free one, see --port-file)"
+        ) from None
+    log.info(
+        "tfcoord %s coordinator listening on %s:%d (%d journal events replayed, state in %s)",
+        __version__,
+        host,
+        port,
+        replayed,
+        cfg.state_dir or "memory",
+    )
     engine = None
     http_runner = None
     status = f"listening on {host}:{port}"
@@ -359,12 +382,18 @@ async def _serve(cfg: ServeConfig) -> None:
             assert cfg.http_token is not None
             try:
                 http_runner, http_port = await start_http(
-                    server, cfg.http_host, cfg.http_port, cfg.http_token, cfg.ssl_context,
+                    server,
+                    cfg.http_host,
+                    cfg.http_port,
+                    cfg.http_token,
+                    cfg.ssl_context,
                     max_connections=cfg.http_max_connections,
-                )  # fmt: skip
+                )
             except OSError as e:  # the port is taken, or the host is not ours
-                raise UsageError(f"cannot serve HTTP on {cfg.http_host}:{cfg.http_port}: {e}; "
-                                 "the coordinator did not start") from None  # fmt: skip
+                raise UsageError(
+                    f"cannot serve HTTP on {cfg.http_host}:{cfg.http_port}: {e}; "
+                    "the coordinator did not start"
+                ) from None
             status += f", HTTP on {cfg.http_host}:{http_port}"
     except BaseException:
         # Nothing half-started outlives a failed start: no framework left subscribed, no open port.
@@ -435,8 +464,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.http_port is None and (args.http_port_file or args.http_token_file):
         raise UsageError("--http-port-file and --http-token-file need --http-port (0 picks a free port)")
     if args.http_port is not None and not args.http_token_file:
-        raise UsageError("--http-port needs --http-token-file: the API and dashboard require a bearer "
-                         "token (the file is created, mode 600, if missing)")  # fmt: skip
+        raise UsageError(
+            "--http-port needs --http-token-file: the API and dashboard require a bearer "
+            "token (the file is created, mode 600, if missing)"
+        )
     from tfcoord.coordinator.server import BudgetError, connection_budget
 
     http_max = args.http_max_connections if args.http_port is not None else 0
@@ -450,17 +481,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.http_token_file:
         http_token = _separate_http_token(args.http_token_file, secret_file, secret)
     cfg = ServeConfig(
-        host=args.host, port=args.port, port_file=Path(args.port_file) if args.port_file else None,
-        secret=secret, state_dir=Path(args.state_dir) if args.state_dir else None, log_format=args.log_format,
-        http_host=args.http_host, http_port=args.http_port,
+        host=args.host,
+        port=args.port,
+        port_file=Path(args.port_file) if args.port_file else None,
+        secret=secret,
+        state_dir=Path(args.state_dir) if args.state_dir else None,
+        log_format=args.log_format,
+        http_host=args.http_host,
+        http_port=args.http_port,
         http_port_file=Path(args.http_port_file) if args.http_port_file else None,
         http_token=http_token,
-        notify_socket=os.environ.get(NOTIFY_SOCKET_ENV) or None, ssl_context=_server_tls(args),
-        mesos=_serve_mesos(args), advertise_host=args.advertise_host,
-        keep_finished_jobs=args.keep_finished_jobs, keep_finished_s=args.keep_finished_days * 86400.0,
-        max_connections=max_connections, max_unauthenticated=args.max_unauthenticated,
+        notify_socket=os.environ.get(NOTIFY_SOCKET_ENV) or None,
+        ssl_context=_server_tls(args),
+        mesos=_serve_mesos(args),
+        advertise_host=args.advertise_host,
+        keep_finished_jobs=args.keep_finished_jobs,
+        keep_finished_s=args.keep_finished_days * 86400.0,
+        max_connections=max_connections,
+        max_unauthenticated=args.max_unauthenticated,
         http_max_connections=args.http_max_connections,
-    )  # fmt: skip
+    )
     try:
         asyncio.run(_serve(cfg))
     except StateDirError as e:
@@ -488,8 +528,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 0
         rows = [("JOB", "NAME", "ENGINE", "STATE", "NODES", "SUBMITTED", "ENDED")]
         for j in listing.jobs:
-            rows.append((j.job, j.name or "-", j.engine, j.state, f"{j.registered}/{j.size}",
-                         _fmt_time(j.submitted_at), _fmt_time(j.ended_at)))  # fmt: skip
+            rows.append(
+                (
+                    j.job,
+                    j.name or "-",
+                    j.engine,
+                    j.state,
+                    f"{j.registered}/{j.size}",
+                    _fmt_time(j.submitted_at),
+                    _fmt_time(j.ended_at),
+                )
+            )
         _table(rows)
         return 0
     if args.json:
@@ -505,8 +554,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         # The last line of a traceback names the exception; an error of blanks has none.
         err_lines = n.error.strip().splitlines()
         err = err_lines[-1][:60] if err_lines else ""
-        rows.append((str(n.executor_id), n.name, n.state, f"{n.host}:{n.port}",
-                     ",".join(n.gpus) or "-", str(n.attempt), _fmt_time(n.last_seen), err))  # fmt: skip
+        rows.append(
+            (
+                str(n.executor_id),
+                n.name,
+                n.state,
+                f"{n.host}:{n.port}",
+                ",".join(n.gpus) or "-",
+                str(n.attempt),
+                _fmt_time(n.last_seen),
+                err,
+            )
+        )
     _table(rows)
     for line in st.missing:
         print(f"missing: {line}")
@@ -599,8 +658,10 @@ def _spark_script(command: list[str]) -> tuple[str, list[str]]:
     if _is_python(command[0]):
         command = command[1:]
     if not command or not command[0].endswith(".py"):
-        raise UsageError("with --engine spark give the Python script after --: -- train.py [ARGS] "
-                         "(or -- python train.py [ARGS])")  # fmt: skip
+        raise UsageError(
+            "with --engine spark give the Python script after --: -- train.py [ARGS] "
+            "(or -- python train.py [ARGS])"
+        )
     return command[0], command[1:]
 
 
@@ -679,13 +740,25 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
 
     try:
         status = submit_script(
-            args.master, script, argv, num_executors=args.num_executors, num_ps=args.ps,
-            tensorboard=args.tensorboard, log_dir=args.log_dir, conf=conf,
-            executor_cores=args.executor_cores, executor_memory=args.executor_memory,
-            reservation_timeout=args.reservation_timeout, master_node="chief" if args.chief else None,
-            eval_node=args.evaluator, name=args.name, emit=_emit, coordinator=coordinator, secret=secret,
+            args.master,
+            script,
+            argv,
+            num_executors=args.num_executors,
+            num_ps=args.ps,
+            tensorboard=args.tensorboard,
+            log_dir=args.log_dir,
+            conf=conf,
+            executor_cores=args.executor_cores,
+            executor_memory=args.executor_memory,
+            reservation_timeout=args.reservation_timeout,
+            master_node="chief" if args.chief else None,
+            eval_node=args.evaluator,
+            name=args.name,
+            emit=_emit,
+            coordinator=coordinator,
+            secret=secret,
             tls=tls,
-        )  # fmt: skip
+        )
     except ScriptFailed as e:
         raise UserScriptError(e.traceback_text, str(e)) from None
     except (FileNotFoundError, AttributeError) as e:
@@ -707,11 +780,14 @@ def _submit_mesos(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not args.job:
-        raise UsageError("--engine mesos needs the cluster's roles: --job ps:1:cpus=1,mem=1024 "
-                         "--job worker:2:cpus=2,mem=4096 (and the command after --, or none to serve)")  # fmt: skip
+        raise UsageError(
+            "--engine mesos needs the cluster's roles: --job ps:1:cpus=1,mem=1024 "
+            "--job worker:2:cpus=2,mem=4096 (and the command after --, or none to serve)"
+        )
     try:
-        mjob = MesosJob.of([parse_role(j) for j in args.job], command, args.image,
-                           os.environ.get("MESOS_ATTRIBUTES", ""))  # fmt: skip
+        mjob = MesosJob.of(
+            [parse_role(j) for j in args.job], command, args.image, os.environ.get("MESOS_ATTRIBUTES", "")
+        )
         spec = mjob.to_spec(name=args.name, reservation_timeout_s=args.reservation_timeout)
     except (MesosConfigError, TfcoordError) as e:
         raise UsageError(str(e)) from None
@@ -732,12 +808,16 @@ def _submit_mesos(args: argparse.Namespace) -> int:
     try:
         with _connect(cfg, args) as driver:
             job = driver.submit(spec)
-            _emit(f"job {job} submitted to Mesos: "
-                  + ", ".join(f"{r.count} {r.role} ({r.resources_text()})" for r in mjob.roles) + f", {what}")  # fmt: skip
+            _emit(
+                f"job {job} submitted to Mesos: "
+                + ", ".join(f"{r.count} {r.role} ({r.resources_text()})" for r in mjob.roles)
+                + f", {what}"
+            )
             try:
                 if mjob.server_mode:
-                    status = mesos.wait_running(driver, job, emit=_emit,
-                                                timeout_s=args.reservation_timeout + mesos.RUNNING_GRACE_S)  # fmt: skip
+                    status = mesos.wait_running(
+                        driver, job, emit=_emit, timeout_s=args.reservation_timeout + mesos.RUNNING_GRACE_S
+                    )
                     _emit(
                         f"cluster serving: {json.dumps(status.cluster)}; Ctrl-C or `tfcoord stop {job}` ends it"
                     )
@@ -767,13 +847,20 @@ def cmd_env_check(args: argparse.Namespace) -> int:
     except UsageError as e:
         ssl_context, tls_problem = None, str(e)
     results = run_checks(
-        os.environ, address=args.address or os.environ.get(ADDRESS_ENV) or None,
+        os.environ,
+        address=args.address or os.environ.get(ADDRESS_ENV) or None,
         secret_file=args.secret_file or os.environ.get(SECRET_FILE_ENV) or None,
-        ssl_context=ssl_context, tls_problem=tls_problem, timeout_s=args.timeout,
-    )  # fmt: skip
+        ssl_context=ssl_context,
+        tls_problem=tls_problem,
+        timeout_s=args.timeout,
+    )
     if args.json:
-        print(json.dumps([{"status": r.status, "check": r.check, "detail": r.detail, "fix": r.fix}
-                          for r in results], indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                [{"status": r.status, "check": r.check, "detail": r.detail, "fix": r.fix} for r in results],
+                indent=2,
+            )
+        )
     else:
         for r in results:
             print(r.line(), flush=True)
@@ -800,11 +887,19 @@ def cmd_node(args: argparse.Namespace) -> int:
         raise UsageError(f"{TOKEN_ENV} must hold the job token as 64 hex digits")
     port = args.port if args.port is not None else int(os.environ.get("TENSORFLOW_PORT", "0") or 0)
     cfg = NodeConfig(
-        address=args.address or os.environ.get(ADDRESS_ENV, ""), token=token, job=args.job,
-        executor_id=args.executor_id, attempt=args.attempt, task_id=args.task_id, host=args.host,
-        port=port, command=tuple(command), server_mode=args.server_mode,
-        gpus=tuple(g.strip() for g in (args.gpus or "").split(",") if g.strip()), ssl_context=_client_tls(),
-    )  # fmt: skip
+        address=args.address or os.environ.get(ADDRESS_ENV, ""),
+        token=token,
+        job=args.job,
+        executor_id=args.executor_id,
+        attempt=args.attempt,
+        task_id=args.task_id,
+        host=args.host,
+        port=port,
+        command=tuple(command),
+        server_mode=args.server_mode,
+        gpus=tuple(g.strip() for g in (args.gpus or "").split(",") if g.strip()),
+        ssl_context=_client_tls(),
+    )
     if not cfg.address:
         raise UsageError(f"no coordinator address: pass --address or set {ADDRESS_ENV}")
     return run_node(cfg)
@@ -835,9 +930,14 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--secret-file", help=f"file holding the coordinator secret (default: ${SECRET_FILE_ENV})"
         )
-        sp.add_argument("--timeout", type=_positive, default=DEFAULT_TIMEOUT_S, metavar="S",
-                        help="give up on the coordinator after S seconds (connecting, and each request); "
-                        f"a refused connection or an unknown host fails at once (default {DEFAULT_TIMEOUT_S:g})")  # fmt: skip
+        sp.add_argument(
+            "--timeout",
+            type=_positive,
+            default=DEFAULT_TIMEOUT_S,
+            metavar="S",
+            help="give up on the coordinator after S seconds (connecting, and each request); "
+            f"a refused connection or an unknown host fails at once (default {DEFAULT_TIMEOUT_S:g})",
+        )
 
     sp = command("serve", "run the coordinator", json_help="log JSON lines (as --log-format json)")
     sp.add_argument("--host", default="127.0.0.1")
@@ -846,11 +946,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--secret-file", help="coordinator secret (created, mode 600, if missing)")
     sp.add_argument("--state-dir", help="journal directory; without it state lives in memory only")
     sp.add_argument("--http-host", default="127.0.0.1", help="interface of the HTTP API and dashboard")
-    sp.add_argument("--http-port", type=int, help="HTTP API and dashboard port; 0 picks a free one; "
-                    "without it no HTTP server runs")  # fmt: skip
+    sp.add_argument(
+        "--http-port",
+        type=int,
+        help="HTTP API and dashboard port; 0 picks a free one; without it no HTTP server runs",
+    )
     sp.add_argument("--http-port-file", help="write the bound HTTP port here once listening")
-    sp.add_argument("--http-token-file", help="bearer token for the HTTP API and dashboard "
-                    "(created, mode 600, if missing; separate from the coordinator secret)")  # fmt: skip
+    sp.add_argument(
+        "--http-token-file",
+        help="bearer token for the HTTP API and dashboard "
+        "(created, mode 600, if missing; separate from the coordinator secret)",
+    )
     sp.add_argument(
         "--max-connections",
         type=int,
@@ -865,31 +971,55 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="connections still in their handshake at once, a budget apart from nodes'",
     )
-    sp.add_argument("--http-max-connections", type=int, default=256, metavar="N",
-                    help="HTTP API connections at once (beyond: 503)")  # fmt: skip
+    sp.add_argument(
+        "--http-max-connections",
+        type=int,
+        default=256,
+        metavar="N",
+        help="HTTP API connections at once (beyond: 503)",
+    )
     sp.add_argument("--tls-cert", help="serve TLS (TCP protocol and HTTP API) with this PEM certificate")
     sp.add_argument("--tls-key", help="the certificate's PEM private key (mode 600)")
     sp.add_argument("--tls-ca", help="mutual TLS: clients must present a certificate signed by this CA")
-    sp.add_argument("--mesos-master", help="run the Mesos framework against these masters, host:port[,host:port] "
-                    "(default: $MESOS_MASTER; neither: no Mesos)")  # fmt: skip
+    sp.add_argument(
+        "--mesos-master",
+        help="run the Mesos framework against these masters, host:port[,host:port] "
+        "(default: $MESOS_MASTER; neither: no Mesos)",
+    )
     sp.add_argument(
         "--advertise-host", help="address Mesos tasks dial back to (default: --host, or this host's name)"
     )
-    sp.add_argument("--keep-finished-jobs", type=int, default=KEEP_FINISHED_JOBS, metavar="N",
-                    help="finished jobs to keep (status, HTTP API, journal); older ones are forgotten, "
-                    f"each after at least 5 minutes (default {KEEP_FINISHED_JOBS})")  # fmt: skip
-    sp.add_argument("--keep-finished-days", type=float, default=KEEP_FINISHED_S / 86400, metavar="D",
-                    help=f"forget finished jobs this many days after they ended (default {KEEP_FINISHED_S / 86400:g})")  # fmt: skip
+    sp.add_argument(
+        "--keep-finished-jobs",
+        type=int,
+        default=KEEP_FINISHED_JOBS,
+        metavar="N",
+        help="finished jobs to keep (status, HTTP API, journal); older ones are forgotten, "
+        f"each after at least 5 minutes (default {KEEP_FINISHED_JOBS})",
+    )
+    sp.add_argument(
+        "--keep-finished-days",
+        type=float,
+        default=KEEP_FINISHED_S / 86400,
+        metavar="D",
+        help=f"forget finished jobs this many days after they ended (default {KEEP_FINISHED_S / 86400:g})",
+    )
     _env_flags(sp, env, skip={"--mesos-master"})  # MESOS_MASTER keeps tfmesos2's name
     sp.set_defaults(fn=cmd_serve)
 
-    sp = command("env-check", "check this machine for Spark/Mesos/TensorFlow work: OK, WARN, FAIL",
-                 json_help="the report as a JSON list")  # fmt: skip
+    sp = command(
+        "env-check",
+        "check this machine for Spark/Mesos/TensorFlow work: OK, WARN, FAIL",
+        json_help="the report as a JSON list",
+    )
     client_flags(sp)
     sp.set_defaults(fn=cmd_env_check)
 
-    sp = command("status", "show jobs, or one job's nodes, results and timeline",
-                 json_help="the coordinator's full answer as JSON")  # fmt: skip
+    sp = command(
+        "status",
+        "show jobs, or one job's nodes, results and timeline",
+        json_help="the coordinator's full answer as JSON",
+    )
     client_flags(sp)
     sp.add_argument("job", nargs="?")
     sp.set_defaults(fn=cmd_status)
@@ -901,15 +1031,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--reason", default="stop requested with tfcoord stop")
     sp.set_defaults(fn=cmd_stop)
 
-    sp = command("submit", "submit a job and follow it to its end",
-                 json_help="print the job's final status as JSON on stdout (progress and output on stderr)")  # fmt: skip
+    sp = command(
+        "submit",
+        "submit a job and follow it to its end",
+        json_help="print the job's final status as JSON on stdout (progress and output on stderr)",
+    )
     client_flags(sp)
     sp.add_argument("--engine", choices=("local", "spark", "mesos"), default="local")
     sp.add_argument("--workers", type=int, default=1, help="local: worker processes")
     sp.add_argument("--ps", "--num-ps", type=int, default=0)
     spark = sp.add_argument_group("spark engine")
-    spark.add_argument("--master", default="local-standalone",
-                       help="Spark master URL; local-standalone starts a master and worker here for the job")  # fmt: skip
+    spark.add_argument(
+        "--master",
+        default="local-standalone",
+        help="Spark master URL; local-standalone starts a master and worker here for the job",
+    )
     spark.add_argument("--num-executors", type=int, help="TensorFlow nodes, one per Spark executor")
     spark.add_argument("--tensorboard", action="store_true", help="run TensorBoard beside the chief")
     spark.add_argument("--log-dir", help="TensorBoard log directory")
@@ -917,8 +1053,13 @@ def build_parser() -> argparse.ArgumentParser:
     spark.add_argument("--executor-memory", default="1g")
     spark.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     mesos = sp.add_argument_group("mesos engine")
-    mesos.add_argument("--job", action="append", default=[], metavar="ROLE:N[:cpus=C,mem=MB,gpus=G]",
-                       help="one role of the cluster and what each of its tasks needs; repeat per role")  # fmt: skip
+    mesos.add_argument(
+        "--job",
+        action="append",
+        default=[],
+        metavar="ROLE:N[:cpus=C,mem=MB,gpus=G]",
+        help="one role of the cluster and what each of its tasks needs; repeat per role",
+    )
     mesos.add_argument("--image", help="task image (default: $DOCKER_IMAGE, else tfcoord-task:VERSION)")
     mesos.add_argument("--mesos-master", help="Mesos masters host:port[,host:port] (default: $MESOS_MASTER)")
     mesos.add_argument(
@@ -944,13 +1085,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--gpus", help="GPU ids granted to this node (by a Mesos offer), for CUDA_VISIBLE_DEVICES"
     )
-    sp.add_argument("--server-mode", action="store_true",
-                    help="serve the node's role with tf.distribute.Server until stopped, instead of a command")  # fmt: skip
+    sp.add_argument(
+        "--server-mode",
+        action="store_true",
+        help="serve the node's role with tf.distribute.Server until stopped, instead of a command",
+    )
     sp.add_argument("command", nargs=argparse.REMAINDER)
     sp.set_defaults(fn=cmd_node)
 
-    sp = sub.add_parser("completion", help="print a shell completion script: eval \"$(tfcoord completion bash)\"",
-                        parents=[common])  # fmt: skip
+    sp = sub.add_parser(
+        "completion",
+        help='print a shell completion script: eval "$(tfcoord completion bash)"',
+        parents=[common],
+    )
     sp.add_argument("shell", choices=("bash", "zsh"))
     sp.set_defaults(fn=lambda args: cmd_completion(args, p))
     return p
@@ -963,11 +1110,20 @@ def _global_flags(p: argparse.ArgumentParser, env: Any, *, suppress: bool = Fals
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if suppress else value
 
-    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
-                   default=default(env.get("TFCOORD_LOG_LEVEL", "INFO").upper()),
-                   help=f"{', '.join(LOG_LEVELS)} (any case; default $TFCOORD_LOG_LEVEL or INFO)")  # fmt: skip
-    p.add_argument("--log-format", choices=("text", "json"), default=default(env.get("TFCOORD_LOG_FORMAT", "text")),
-                   help="log lines as text or JSON (default $TFCOORD_LOG_FORMAT or text)")  # fmt: skip
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        metavar="LEVEL",
+        default=default(env.get("TFCOORD_LOG_LEVEL", "INFO").upper()),
+        help=f"{', '.join(LOG_LEVELS)} (any case; default $TFCOORD_LOG_LEVEL or INFO)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=default(env.get("TFCOORD_LOG_FORMAT", "text")),
+        help="log lines as text or JSON (default $TFCOORD_LOG_FORMAT or text)",
+    )
     p.add_argument(
         "--debug",
         action="store_true",
@@ -1015,8 +1171,10 @@ def _env_flags(sp: argparse.ArgumentParser, env: Any, *, skip: set[str]) -> None
             try:
                 action.type(value)  # type: ignore[operator]
             except (ValueError, argparse.ArgumentTypeError):
-                raise UsageError(f"{name}={value!r} is not a valid {flag}: fix it in the environment "
-                                 "(or the service's tfcoord.env)") from None  # fmt: skip
+                raise UsageError(
+                    f"{name}={value!r} is not a valid {flag}: fix it in the environment "
+                    "(or the service's tfcoord.env)"
+                ) from None
         action.default = value
 
 
@@ -1061,8 +1219,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        return _fail(EXIT_FAILED, f"internal error: {type(e).__name__}: {e} "
-                     "(a tfcoord bug: run again with --debug for the traceback, and report it)")  # fmt: skip
+        return _fail(
+            EXIT_FAILED,
+            f"internal error: {type(e).__name__}: {e} "
+            "(a tfcoord bug: run again with --debug for the traceback, and report it)",
+        )
 
 
 def _fail(code: int, message: str) -> int:

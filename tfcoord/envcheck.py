@@ -45,8 +45,15 @@ COORDINATOR_TIMEOUT_S = 5.0
 #: Needed by every tfcoord process that imports the coordinator or the client.
 REQUIRED_PACKAGES = ("msgpack", "aiohttp", "prometheus-client")
 #: TensorFlow ships under several distribution names; the first one installed counts.
-TENSORFLOW_DISTS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos",
-                    "intel-tensorflow", "tf-nightly", "tf-nightly-cpu")  # fmt: skip
+TENSORFLOW_DISTS = (
+    "tensorflow",
+    "tensorflow-cpu",
+    "tensorflow-gpu",
+    "tensorflow-macos",
+    "intel-tensorflow",
+    "tf-nightly",
+    "tf-nightly-cpu",
+)
 #: Spark 4 runs on Java 17 or 21; Spark 3.x on 8, 11 and 17.
 MIN_JAVA_FOR_SPARK = {4: 17, 3: 8}
 
@@ -103,22 +110,52 @@ def check_packages(version: Callable[[str], str | None] = _version) -> list[Resu
     out = [Result(OK, "package tfcoord", __version__)]
     for dist in REQUIRED_PACKAGES:
         v = version(dist)
-        out.append(Result(OK, f"package {dist}", v) if v else
-                   Result(FAIL, f"package {dist}", "not installed", f"pip install 'tfcoord=={__version__}'"))  # fmt: skip
+        out.append(
+            Result(OK, f"package {dist}", v)
+            if v
+            else Result(FAIL, f"package {dist}", "not installed", f"pip install 'tfcoord=={__version__}'")
+        )
     spark = version("pyspark")
-    out.append(Result(OK, "package pyspark", spark) if spark else Result(
-        WARN, "package pyspark", "not installed (needed only to run jobs on Spark)", "pip install 'tfcoord[spark]'"))  # fmt: skip
+    out.append(
+        Result(OK, "package pyspark", spark)
+        if spark
+        else Result(
+            WARN,
+            "package pyspark",
+            "not installed (needed only to run jobs on Spark)",
+            "pip install 'tfcoord[spark]'",
+        )
+    )
     tf = next(((d, v) for d in TENSORFLOW_DISTS if (v := version(d))), None)
-    out.append(Result(OK, "package tensorflow", f"{tf[1]} ({tf[0]})") if tf else Result(
-        WARN, "package tensorflow", "not installed (needed where nodes run TensorFlow)",
-        "pip install 'tfcoord[tensorflow]'"))  # fmt: skip
+    out.append(
+        Result(OK, "package tensorflow", f"{tf[1]} ({tf[0]})")
+        if tf
+        else Result(
+            WARN,
+            "package tensorflow",
+            "not installed (needed where nodes run TensorFlow)",
+            "pip install 'tfcoord[tensorflow]'",
+        )
+    )
     tb = version("tensorboard")
     if not tb:
-        out.append(Result(WARN, "package tensorboard", "not installed (needed only with tensorboard=True)",
-                          "pip install tensorboard (the version matching TensorFlow)"))  # fmt: skip
+        out.append(
+            Result(
+                WARN,
+                "package tensorboard",
+                "not installed (needed only with tensorboard=True)",
+                "pip install tensorboard (the version matching TensorFlow)",
+            )
+        )
     elif tf and _major_minor(tb) != _major_minor(tf[1]):
-        out.append(Result(WARN, "package tensorboard", f"{tb} does not match TensorFlow {tf[1]}",
-                          f"pip install 'tensorboard=={'.'.join(map(str, _major_minor(tf[1]) or ()))}.*'"))  # fmt: skip
+        out.append(
+            Result(
+                WARN,
+                "package tensorboard",
+                f"{tb} does not match TensorFlow {tf[1]}",
+                f"pip install 'tensorboard=={'.'.join(map(str, _major_minor(tf[1]) or ()))}.*'",
+            )
+        )
     else:
         out.append(Result(OK, "package tensorboard", tb))
     return out
@@ -146,19 +183,37 @@ def check_java(env: Mapping[str, str], spark_version: str | None) -> list[Result
     if java_home:
         java = str(Path(java_home) / "bin" / "java")
         if not os.access(java, os.X_OK):
-            out.append(Result(FAIL, "JAVA_HOME", f"{java_home} has no bin/java",
-                              "point JAVA_HOME at a JDK directory (the one holding bin/java)"))  # fmt: skip
+            out.append(
+                Result(
+                    FAIL,
+                    "JAVA_HOME",
+                    f"{java_home} has no bin/java",
+                    "point JAVA_HOME at a JDK directory (the one holding bin/java)",
+                )
+            )
             return out
         out.append(Result(OK, "JAVA_HOME", java_home))
     else:
         java = _which("java", env)
-        out.append(Result(WARN if spark_version else OK, "JAVA_HOME",
-                          "not set" + (f"; Spark will use {java}" if java else ""),
-                          "export JAVA_HOME=<JDK directory> so the driver and executors use the same JDK"
-                          if spark_version else ""))  # fmt: skip
+        out.append(
+            Result(
+                WARN if spark_version else OK,
+                "JAVA_HOME",
+                "not set" + (f"; Spark will use {java}" if java else ""),
+                "export JAVA_HOME=<JDK directory> so the driver and executors use the same JDK"
+                if spark_version
+                else "",
+            )
+        )
     if not java:
-        out.append(Result(missing, "java", "not found on PATH" + ("" if spark_version else " (needed only for Spark)"),
-                          "install a JDK (17 for Spark 4) and set JAVA_HOME"))  # fmt: skip
+        out.append(
+            Result(
+                missing,
+                "java",
+                "not found on PATH" + ("" if spark_version else " (needed only for Spark)"),
+                "install a JDK (17 for Spark 4) and set JAVA_HOME",
+            )
+        )
         return out
     try:
         code, text = _run([java, "-version"], env, JAVA_TIMEOUT_S)
@@ -172,8 +227,14 @@ def check_java(env: Mapping[str, str], spark_version: str | None) -> list[Result
             Result(missing, "java", f"{java} -version exited {code}: {first[:120]}", "reinstall the JDK")
         )
     elif need and major < need:
-        out.append(Result(FAIL, "java", f"Java {major} ({java}); Spark {spark_version} needs Java {need}+",
-                          f"install JDK {need} or newer and point JAVA_HOME at it"))  # fmt: skip
+        out.append(
+            Result(
+                FAIL,
+                "java",
+                f"Java {major} ({java}); Spark {spark_version} needs Java {need}+",
+                f"install JDK {need} or newer and point JAVA_HOME at it",
+            )
+        )
     else:
         out.append(Result(OK, "java", f"Java {major} ({java})"))
     return out
@@ -195,12 +256,24 @@ def check_spark(env: Mapping[str, str], spark_version: str | None) -> list[Resul
         return [Result(OK, "SPARK_HOME", "not set (Spark is not used here)")]
     home = Path(spark_home)
     if not (home / "bin" / "spark-submit").exists() and not (home / "bin" / "spark-class").exists():
-        return [Result(FAIL, "SPARK_HOME", f"{home} has no bin/spark-submit",
-                       "point SPARK_HOME at a Spark distribution, or unset it to use pyspark's own")]  # fmt: skip
+        return [
+            Result(
+                FAIL,
+                "SPARK_HOME",
+                f"{home} has no bin/spark-submit",
+                "point SPARK_HOME at a Spark distribution, or unset it to use pyspark's own",
+            )
+        ]
     found = _spark_home_version(home)
     if found and spark_version and _major_minor(found) != _major_minor(spark_version):
-        return [Result(WARN, "SPARK_HOME", f"{home} is Spark {found} but pyspark is {spark_version}",
-                       f"pip install 'pyspark=={found}' (driver and cluster must agree)")]  # fmt: skip
+        return [
+            Result(
+                WARN,
+                "SPARK_HOME",
+                f"{home} is Spark {found} but pyspark is {spark_version}",
+                f"pip install 'pyspark=={found}' (driver and cluster must agree)",
+            )
+        ]
     return [Result(OK, "SPARK_HOME", f"{home}" + (f" (Spark {found})" if found else ""))]
 
 
@@ -212,32 +285,61 @@ def check_gpus(env: Mapping[str, str]) -> Result:
 
     smi = _which("nvidia-smi", env)
     if not smi:
-        return Result(WARN, "gpus", "nvidia-smi not found: nodes here run on the CPU",
-                      "install the NVIDIA driver (it brings nvidia-smi) if this host has GPUs")  # fmt: skip
+        return Result(
+            WARN,
+            "gpus",
+            "nvidia-smi not found: nodes here run on the CPU",
+            "install the NVIDIA driver (it brings nvidia-smi) if this host has GPUs",
+        )
     try:
         code, text = _run([smi, *GPU_QUERY], env, NVIDIA_SMI_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return Result(WARN, "gpus", f"{smi} did not answer within {NVIDIA_SMI_TIMEOUT_S:g} s (hung driver?)",
-                      "check the driver (dmesg), or enable persistence mode: nvidia-smi -pm 1")  # fmt: skip
+        return Result(
+            WARN,
+            "gpus",
+            f"{smi} did not answer within {NVIDIA_SMI_TIMEOUT_S:g} s (hung driver?)",
+            "check the driver (dmesg), or enable persistence mode: nvidia-smi -pm 1",
+        )
     except OSError as e:
-        return Result(WARN, "gpus", f"cannot run {smi}: {e}",
-                      f"make {smi} executable by this user, or reinstall the NVIDIA driver that ships it")  # fmt: skip
+        return Result(
+            WARN,
+            "gpus",
+            f"cannot run {smi}: {e}",
+            f"make {smi} executable by this user, or reinstall the NVIDIA driver that ships it",
+        )
     if code != 0:
-        return Result(WARN, "gpus", f"{smi} exited {code}: {text.splitlines()[0][:160] if text else ''}",
-                      "check that the NVIDIA driver is loaded and this user may use the GPUs")  # fmt: skip
+        return Result(
+            WARN,
+            "gpus",
+            f"{smi} exited {code}: {text.splitlines()[0][:160] if text else ''}",
+            "check that the NVIDIA driver is loaded and this user may use the GPUs",
+        )
     try:
         gpus = parse_gpus(text)
     except GpuUnavailable as e:
-        return Result(WARN, "gpus", str(e), f"update the NVIDIA driver: this {smi} prints a format tfcoord "
-                      "cannot read; until then nodes here run on the CPU")  # fmt: skip
+        return Result(
+            WARN,
+            "gpus",
+            str(e),
+            f"update the NVIDIA driver: this {smi} prints a format tfcoord "
+            "cannot read; until then nodes here run on the CPU",
+        )
     if not gpus:
-        return Result(WARN, "gpus", f"{smi} lists no GPU: nodes here run on the CPU",
-                      "nothing to do on a CPU host; on a GPU host check that the driver is loaded "
-                      "(nvidia-smi -L, dmesg) and that no cgroup hides the devices")  # fmt: skip
+        return Result(
+            WARN,
+            "gpus",
+            f"{smi} lists no GPU: nodes here run on the CPU",
+            "nothing to do on a CPU host; on a GPU host check that the driver is loaded "
+            "(nvidia-smi -L, dmesg) and that no cgroup hides the devices",
+        )
     visible = env.get("CUDA_VISIBLE_DEVICES")
     shown = ", ".join(f"{g.index}:{g.uuid}" for g in gpus)
-    return Result(OK, "gpus", f"{len(gpus)} GPU(s) visible ({shown})"
-                  + (f"; CUDA_VISIBLE_DEVICES={visible}" if visible is not None else ""))  # fmt: skip
+    return Result(
+        OK,
+        "gpus",
+        f"{len(gpus)} GPU(s) visible ({shown})"
+        + (f"; CUDA_VISIBLE_DEVICES={visible}" if visible is not None else ""),
+    )
 
 
 # -- background mode ----------------------------------------------------------------------
@@ -259,10 +361,16 @@ def read_spark_defaults(path: Path) -> dict[str, str]:
 def check_background(env: Mapping[str, str], platform: str = sys.platform) -> list[Result]:
     out = []
     if platform.startswith("win"):
-        out.append(Result(WARN, "background mode", "Windows: the tfcoord node supervisor forks map_fun "
-                          "into a child process (to stop it the moment the coordinator says so), and "
-                          "Windows has no fork; neither input mode runs on Windows executors",
-                          "run the Spark executors on Linux"))  # fmt: skip
+        out.append(
+            Result(
+                WARN,
+                "background mode",
+                "Windows: the tfcoord node supervisor forks map_fun "
+                "into a child process (to stop it the moment the coordinator says so), and "
+                "Windows has no fork; neither input mode runs on Windows executors",
+                "run the Spark executors on Linux",
+            )
+        )
     else:
         out.append(Result(OK, "background mode", f"{platform} can run TensorFlow beside the Spark worker"))
     conf_dir = env.get("SPARK_CONF_DIR") or (
@@ -277,8 +385,14 @@ def check_background(env: Mapping[str, str], platform: str = sys.platform) -> li
     try:
         value = read_spark_defaults(defaults).get("spark.python.worker.reuse")
     except OSError as e:
-        out.append(Result(WARN, "spark.python.worker.reuse", f"cannot read {defaults}: {e}",
-                          f"make {defaults} readable by this user (Spark reads it too)"))  # fmt: skip
+        out.append(
+            Result(
+                WARN,
+                "spark.python.worker.reuse",
+                f"cannot read {defaults}: {e}",
+                f"make {defaults} readable by this user (Spark reads it too)",
+            )
+        )
         return out
     if value is None:
         out.append(Result(OK, "spark.python.worker.reuse", f"not set in {defaults} (default true)"))
@@ -287,9 +401,15 @@ def check_background(env: Mapping[str, str], platform: str = sys.platform) -> li
     else:
         # TensorFlowOnSpark needs reuse on (its feeders find TensorFlow through the Python worker
         # that started it); tfcoord's feeders connect to the node's feed port over TCP instead.
-        out.append(Result(OK, "spark.python.worker.reuse", f"{value} in {defaults}: tfcoord does not need "
-                          "reused Python workers (feeding goes over TCP to the node); each task then "
-                          "pays a Python worker start"))  # fmt: skip
+        out.append(
+            Result(
+                OK,
+                "spark.python.worker.reuse",
+                f"{value} in {defaults}: tfcoord does not need "
+                "reused Python workers (feeding goes over TCP to the node); each task then "
+                "pays a Python worker start",
+            )
+        )
     return out
 
 
@@ -297,12 +417,16 @@ def check_background(env: Mapping[str, str], platform: str = sys.platform) -> li
 
 
 #: The fix when a plaintext client dials a coordinator that waits for a TLS handshake.
-_FIX_NEEDS_TLS = ("the coordinator serves TLS and this client speaks plaintext: set TFCOORD_TLS_CA to the "
-                  "CA file that signed its --tls-cert (and TFCOORD_TLS_CERT/TFCOORD_TLS_KEY if it was "
-                  "started with --tls-ca)")  # fmt: skip
+_FIX_NEEDS_TLS = (
+    "the coordinator serves TLS and this client speaks plaintext: set TFCOORD_TLS_CA to the "
+    "CA file that signed its --tls-cert (and TFCOORD_TLS_CERT/TFCOORD_TLS_KEY if it was "
+    "started with --tls-ca)"
+)
 #: The fix when a TLS client dials a coordinator that answers in plaintext.
-_FIX_NO_TLS = ("the coordinator serves plaintext and this client speaks TLS: unset TFCOORD_TLS_CA, "
-               "TFCOORD_TLS_CERT and TFCOORD_TLS_KEY, or restart the coordinator with --tls-cert and --tls-key")  # fmt: skip
+_FIX_NO_TLS = (
+    "the coordinator serves plaintext and this client speaks TLS: unset TFCOORD_TLS_CA, "
+    "TFCOORD_TLS_CERT and TFCOORD_TLS_KEY, or restart the coordinator with --tls-cert and --tls-key"
+)
 
 
 def _speaks_plaintext(host: str, port: int, timeout_s: float) -> bool:
@@ -316,9 +440,13 @@ def _speaks_plaintext(host: str, port: int, timeout_s: float) -> bool:
 
 
 def check_coordinator(
-    address: str | None, secret_file: str | None, ssl_context: ssl.SSLContext | None = None, *,
-    tls_problem: str | None = None, timeout_s: float = COORDINATOR_TIMEOUT_S,
-) -> Result:  # fmt: skip
+    address: str | None,
+    secret_file: str | None,
+    ssl_context: ssl.SSLContext | None = None,
+    *,
+    tls_problem: str | None = None,
+    timeout_s: float = COORDINATOR_TIMEOUT_S,
+) -> Result:
     """Whether the coordinator at ``address`` answers and accepts the secret in ``secret_file``.
 
     Args:
@@ -331,35 +459,60 @@ def check_coordinator(
     from tfcoord.client.errors import AuthenticationFailed
 
     if not address:
-        return Result(OK, "coordinator", "no address configured (TFCOORD_ADDRESS): drivers start an "
-                      "embedded coordinator")  # fmt: skip
+        return Result(
+            OK,
+            "coordinator",
+            "no address configured (TFCOORD_ADDRESS): drivers start an embedded coordinator",
+        )
     try:
         host, port = parse_address(address)
     except ValueError as e:
         return Result(FAIL, "coordinator", str(e), "set TFCOORD_ADDRESS=HOST:PORT")
     if tls_problem is not None:
-        return Result(FAIL, "coordinator", f"TLS client settings: {tls_problem}",
-                      "fix TFCOORD_TLS_CA, TFCOORD_TLS_CERT and TFCOORD_TLS_KEY, or unset all three "
-                      "for a coordinator that serves plaintext")  # fmt: skip
+        return Result(
+            FAIL,
+            "coordinator",
+            f"TLS client settings: {tls_problem}",
+            "fix TFCOORD_TLS_CA, TFCOORD_TLS_CERT and TFCOORD_TLS_KEY, or unset all three "
+            "for a coordinator that serves plaintext",
+        )
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as e:
-        return Result(FAIL, "coordinator", f"{address} is not reachable: {e}",
-                      "start tfcoord serve there, or fix the address and the firewall")  # fmt: skip
+        return Result(
+            FAIL,
+            "coordinator",
+            f"{address} is not reachable: {e}",
+            "start tfcoord serve there, or fix the address and the firewall",
+        )
     if not secret_file:
-        return Result(WARN, "coordinator", f"{address} is reachable; authentication not checked (no secret file)",
-                      "set TFCOORD_SECRET_FILE to the coordinator's secret file")  # fmt: skip
+        return Result(
+            WARN,
+            "coordinator",
+            f"{address} is reachable; authentication not checked (no secret file)",
+            "set TFCOORD_SECRET_FILE to the coordinator's secret file",
+        )
     try:
         secret = auth.read_secret(secret_file)
     except (OSError, ValueError) as e:
         return Result(FAIL, "coordinator", f"secret file: {e}", "fix the secret file (TFCOORD_SECRET_FILE)")
     try:
-        with DriverClient(address, secret, role="admin", ssl_context=ssl_context, connect_deadline_s=timeout_s,
-                          challenge_timeout_s=timeout_s) as c:  # fmt: skip
+        with DriverClient(
+            address,
+            secret,
+            role="admin",
+            ssl_context=ssl_context,
+            connect_deadline_s=timeout_s,
+            challenge_timeout_s=timeout_s,
+        ) as c:
             jobs = c.jobs()
     except AuthenticationFailed as e:
-        return Result(FAIL, "coordinator", f"{address} refused our secret: {e}",
-                      "use the secret file of the coordinator at that address")  # fmt: skip
+        return Result(
+            FAIL,
+            "coordinator",
+            f"{address} refused our secret: {e}",
+            "use the secret file of the coordinator at that address",
+        )
     except TlsError as e:
         # A plaintext client learns only that the coordinator stayed silent; a TLS client's
         # handshake can fail for several reasons, so ask the coordinator whether it speaks first.
@@ -368,9 +521,11 @@ def check_coordinator(
         elif _speaks_plaintext(host, port, timeout_s):
             fix = _FIX_NO_TLS
         else:
-            fix = ("both sides speak TLS but a certificate was refused: TFCOORD_TLS_CA must name the CA that "
-                   "signed the coordinator's --tls-cert, and for mutual TLS TFCOORD_TLS_CERT/TFCOORD_TLS_KEY "
-                   "a certificate signed by its --tls-ca")  # fmt: skip
+            fix = (
+                "both sides speak TLS but a certificate was refused: TFCOORD_TLS_CA must name the CA that "
+                "signed the coordinator's --tls-cert, and for mutual TLS TFCOORD_TLS_CERT/TFCOORD_TLS_KEY "
+                "a certificate signed by its --tls-ca"
+            )
         return Result(FAIL, "coordinator", f"{address}: {e}", fix)
     except (TfcoordError, OSError) as e:
         return Result(
@@ -380,14 +535,25 @@ def check_coordinator(
     return Result(OK, "coordinator", f"{address} reachable{over} and authenticated ({len(jobs)} job(s))")
 
 
-def run_checks(env: Mapping[str, str], *, address: str | None = None, secret_file: str | None = None,
-               platform: str = sys.platform, ssl_context: ssl.SSLContext | None = None,
-               tls_problem: str | None = None, timeout_s: float = COORDINATOR_TIMEOUT_S) -> list[Result]:  # fmt: skip
+def run_checks(
+    env: Mapping[str, str],
+    *,
+    address: str | None = None,
+    secret_file: str | None = None,
+    platform: str = sys.platform,
+    ssl_context: ssl.SSLContext | None = None,
+    tls_problem: str | None = None,
+    timeout_s: float = COORDINATOR_TIMEOUT_S,
+) -> list[Result]:
     """Every check, in report order. ``ssl_context``, ``tls_problem`` and ``timeout_s``: see
     :func:`check_coordinator`."""
     spark = _version("pyspark")
     return [
-        check_python(), *check_packages(), *check_java(env, spark), *check_spark(env, spark),
-        check_gpus(env), *check_background(env, platform),
+        check_python(),
+        *check_packages(),
+        *check_java(env, spark),
+        *check_spark(env, spark),
+        check_gpus(env),
+        *check_background(env, platform),
         check_coordinator(address, secret_file, ssl_context, tls_problem=tls_problem, timeout_s=timeout_s),
-    ]  # fmt: skip
+    ]

@@ -87,8 +87,16 @@ def parse(path: Path) -> list[Block]:
         i += 1
         prev = next((ln for ln in reversed(lines[:start]) if ln.strip()), "")
         mark = _MARK.match(prev)
-        blocks.append(Block(page, start + 1, lang, "\n".join(body) + "\n",
-                            mark["kind"] if mark else "", (mark["reason"] or "") if mark else ""))  # fmt: skip
+        blocks.append(
+            Block(
+                page,
+                start + 1,
+                lang,
+                "\n".join(body) + "\n",
+                mark["kind"] if mark else "",
+                (mark["reason"] or "") if mark else "",
+            )
+        )
     # Attach each output block to the block it follows.
     out: list[Block] = []
     for b in blocks:
@@ -162,16 +170,27 @@ def test_output_blocks_follow_a_runnable_sample() -> None:
 #: The routing cues of the two systems tfcoord replaces (TensorFlowOnSpark's cluster
 #: life-cycle guide, tfmesos2's troubleshooting): each is a heading of its own.
 SYMPTOMS = (
-    "The cluster hangs waiting for reservations", "Duplicate executor id", "TensorBoard URL missing",
-    "TF_CONFIG not set", "GPU allocation failed", "Background mode on Windows", "`spark.python.worker.reuse`",
+    "The cluster hangs waiting for reservations",
+    "Duplicate executor id",
+    "TensorBoard URL missing",
+    "TF_CONFIG not set",
+    "GPU allocation failed",
+    "Background mode on Windows",
+    "`spark.python.worker.reuse`",
     "Running several independent TensorFlow jobs on Spark executors",
-    "Readiness timeout", "No matching offers", "TLS or authentication errors", "TensorFlow does not start",
-)  # fmt: skip
+    "Readiness timeout",
+    "No matching offers",
+    "TLS or authentication errors",
+    "TensorFlow does not start",
+)
 
 
 def test_troubleshooting_has_every_symptom() -> None:
-    headings = {ln.lstrip("#").strip() for ln in (PAGES / "troubleshooting.md").read_text().splitlines()
-                if ln.startswith("#")}  # fmt: skip
+    headings = {
+        ln.lstrip("#").strip()
+        for ln in (PAGES / "troubleshooting.md").read_text().splitlines()
+        if ln.startswith("#")
+    }
     missing = [s for s in SYMPTOMS if not any(h.startswith(s) for h in headings)]
     assert not missing, f"troubleshooting.md lost its section on: {missing}"
 
@@ -184,16 +203,30 @@ def test_troubleshooting_has_every_symptom() -> None:
 def test_python_sample_runs(block: Block, tmp_path: Path) -> None:
     script = tmp_path / "sample.py"
     script.write_text(block.code)
-    proc = subprocess.run([sys.executable, "-W", "error", str(script)], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=SAMPLE_TIMEOUT_S, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", str(script)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=SAMPLE_TIMEOUT_S,
+        check=False,
+    )
     _check_output(block, proc)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", SHELL_SAMPLES, ids=lambda b: b.id)
 def test_shell_sample_runs(block: Block) -> None:
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=REPO, env=_env(),
-                          capture_output=True, text=True, timeout=SAMPLE_TIMEOUT_S, check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block.code],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=SAMPLE_TIMEOUT_S,
+        check=False,
+    )
     _check_output(block, proc)
 
 
@@ -218,8 +251,15 @@ def test_cli_reference_names_every_flag() -> None:
 @pytest.mark.slow
 def test_strict_build(tmp_path: Path) -> None:
     site = tmp_path / "site"
-    proc = subprocess.run([*MKDOCS, "build", "--strict", "--site-dir", str(site)], cwd=DOCS, env=_env(),
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [*MKDOCS, "build", "--strict", "--site-dir", str(site)],
+        cwd=DOCS,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "WARNING" not in proc.stderr, proc.stderr
     # The API reference was rendered from the docstrings, not left as ::: directives.
@@ -230,8 +270,12 @@ def test_strict_build(tmp_path: Path) -> None:
 
 
 def test_makefile_builds_before_deploying() -> None:
-    proc = subprocess.run(["make", "-n", "-C", str(DOCS), "deploy", "DEPLOY_REMOTE=r", "DEPLOY_BRANCH=b"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    proc = subprocess.run(
+        ["make", "-n", "-C", str(DOCS), "deploy", "DEPLOY_REMOTE=r", "DEPLOY_BRANCH=b"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip() and not ln.startswith("make")]
     assert "build --strict" in lines[0], lines
     assert lines[-1].strip() == './deploy.sh "site" "r" "b"', lines
@@ -269,12 +313,20 @@ def project(tmp_path: Path) -> dict[str, Path]:
     return {"repo": repo, "remote": remote, "site": site, "worktree": tmp_path / "worktree"}
 
 
-def _deploy(p: dict[str, Path], remote: str = "origin", cwd: Path | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def _deploy(
+    p: dict[str, Path], remote: str = "origin", cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **(env or {}), "WORKTREE": str(p["worktree"])}
     script = p["repo"] / "docs" / "deploy.sh"
-    return subprocess.run(["bash", str(script), str(p["site"]), remote, "gh-pages"], cwd=cwd or p["repo"],
-                          env=env, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(script), str(p["site"]), remote, "gh-pages"],
+        cwd=cwd or p["repo"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _remote_head(p: dict[str, Path]) -> str:
@@ -389,8 +441,15 @@ def test_make_deploy_publishes_the_real_site_once(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "--quiet", "--bare", str(remote)], check=True)
 
     def make(day: str) -> list[str]:
-        return ["make", "-C", str(clone / "docs"), "deploy", f"DEPLOY_REMOTE={remote}", "DEPLOY_BRANCH=gh-pages",
-                f"MKDOCS={sys.executable} {OTHER_DAY} {day}"]  # fmt: skip
+        return [
+            "make",
+            "-C",
+            str(clone / "docs"),
+            "deploy",
+            f"DEPLOY_REMOTE={remote}",
+            "DEPLOY_BRANCH=gh-pages",
+            f"MKDOCS={sys.executable} {OTHER_DAY} {day}",
+        ]
 
     env = {**_env(), "WORKTREE": str(tmp_path / "worktree")}
     env.pop("SOURCE_DATE_EPOCH", None)  # the Makefile's own, from the pages' last commit
@@ -401,8 +460,13 @@ def test_make_deploy_publishes_the_real_site_once(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stdout + first.stderr
     head = _git("rev-parse", "refs/heads/gh-pages", cwd=remote)
     files = _git("ls-tree", "-r", "--name-only", head, cwd=remote).split()
-    assert {"index.html", "reference/client/index.html", "troubleshooting/index.html", ".nojekyll",
-            "sitemap.xml.gz"} <= set(files)  # fmt: skip
+    assert {
+        "index.html",
+        "reference/client/index.html",
+        "troubleshooting/index.html",
+        ".nojekyll",
+        "sitemap.xml.gz",
+    } <= set(files)
     # The sitemap's gzip header carries the day (MkDocs keeps midnight UTC) of the pages' last
     # commit, not the clock's.
     stamped = int.from_bytes(_git_bytes("show", f"{head}:sitemap.xml.gz", cwd=remote)[4:8], "little")

@@ -25,8 +25,11 @@ def _submit(*args: str, timeout: float = 240) -> tuple[subprocess.CompletedProce
     t0 = time.monotonic()
     out = subprocess.run(
         [*TFCOORD, "submit", "--engine", "local", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     return out, time.monotonic() - t0
 
 

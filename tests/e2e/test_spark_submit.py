@@ -24,11 +24,30 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 def test_submit_spark_trains_on_a_local_standalone_cluster(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "tfcoord", "submit", "--engine", "spark", "--master", "local-standalone",
-         "--num-executors", "2", "--tensorboard", "--log-dir", str(tmp_path / "tb"),
-         "--", str(ROOT / "examples" / "spark_train.py"), "--steps", "30"],
-        capture_output=True, text=True, timeout=380, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tfcoord",
+            "submit",
+            "--engine",
+            "spark",
+            "--master",
+            "local-standalone",
+            "--num-executors",
+            "2",
+            "--tensorboard",
+            "--log-dir",
+            str(tmp_path / "tb"),
+            "--",
+            str(ROOT / "examples" / "spark_train.py"),
+            "--steps",
+            "30",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=380,
+        cwd=tmp_path,
+    )
     err = out.stderr
     assert out.returncode == 0, err[-3000:]
     # live progress: who is still missing while reserving, then running, then the outcome
@@ -79,10 +98,26 @@ def test_submit_spark_runs_the_script_as_main_like_spark_submit(tmp_path):
     script = tmp_path / "own_main.py"
     script.write_text(SPARK_SUBMIT_STYLE)
     out = subprocess.run(
-        [sys.executable, "-m", "tfcoord", "submit", "--engine", "spark", "--num-executors", "2",
-         "--", "python", str(script), "--flag", "x"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tfcoord",
+            "submit",
+            "--engine",
+            "spark",
+            "--num-executors",
+            "2",
+            "--",
+            "python",
+            str(script),
+            "--flag",
+            "x",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"main block ran on spark://[\d.]+:\d+ with 2 cores", out.stdout), out.stdout
     assert re.search(r"job \S+ SUCCEEDED", out.stderr)
@@ -95,9 +130,23 @@ def test_submit_spark_shows_the_scripts_own_traceback_for_an_import_error(tmp_pa
     script = tmp_path / "needs_missing.py"
     script.write_text("import os\nimport no_such_module_here\n\n\ndef main_fun(argv, ctx):\n    pass\n")
     out = subprocess.run(
-        [sys.executable, "-m", "tfcoord", "submit", "--engine", "spark", "--num-executors", "1", "--", str(script)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tfcoord",
+            "submit",
+            "--engine",
+            "spark",
+            "--num-executors",
+            "1",
+            "--",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert out.returncode == 1, out.stderr[-3000:]
     assert f'File "{script}", line 2, in <module>' in out.stderr
     assert "ModuleNotFoundError: No module named 'no_such_module_here'" in out.stderr
@@ -118,17 +167,44 @@ def main_fun(argv, ctx):
 def test_submit_spark_through_a_mutual_tls_coordinator_prints_the_real_outcome_of_a_stopped_job(tmp_path):
     # The driver and both executors reach the coordinator over mutual TLS, from TFCOORD_TLS_*.
     pki = Pki.create(tmp_path / "pki")
-    served = Served(tmp_path, "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key),
-                    "--tls-ca", str(pki.ca.cert))  # fmt: skip
-    env = dict(served.env, TFCOORD_TLS_CA=str(pki.ca.cert), TFCOORD_TLS_CERT=str(pki.client.cert),
-               TFCOORD_TLS_KEY=str(pki.client.key))  # fmt: skip
+    served = Served(
+        tmp_path,
+        "--tls-cert",
+        str(pki.server.cert),
+        "--tls-key",
+        str(pki.server.key),
+        "--tls-ca",
+        str(pki.ca.cert),
+    )
+    env = dict(
+        served.env,
+        TFCOORD_TLS_CA=str(pki.ca.cert),
+        TFCOORD_TLS_CERT=str(pki.client.cert),
+        TFCOORD_TLS_KEY=str(pki.client.key),
+    )
     script = tmp_path / "wait.py"
     script.write_text(WAIT_FOR_STOP)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tfcoord", "submit", "--engine", "spark", "--master", "local-standalone",
-         "--num-executors", "2", "--", str(script)],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp_path, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tfcoord",
+            "submit",
+            "--engine",
+            "spark",
+            "--master",
+            "local-standalone",
+            "--num-executors",
+            "2",
+            "--",
+            str(script),
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     try:
         assert proc.stderr is not None
         seen, job = [], None

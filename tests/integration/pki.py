@@ -60,11 +60,27 @@ class Authority:
         directory.mkdir(parents=True, exist_ok=True)
         key, cert = directory / "ca.key", directory / "ca.pem"
         _key(key)
-        _run("req", "-x509", "-new", "-key", str(key), "-out", str(cert), "-days", str(VALID_DAYS),
-             "-subj", f"/CN={name}", "-config", os.devnull,
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             "-addext", "subjectKeyIdentifier=hash")  # fmt: skip
+        _run(
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            str(VALID_DAYS),
+            "-subj",
+            f"/CN={name}",
+            "-config",
+            os.devnull,
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-addext",
+            "subjectKeyIdentifier=hash",
+        )
         return cls(cert, key, directory)
 
     def issue(self, name: str, *, server: bool) -> Leaf:
@@ -75,8 +91,23 @@ class Authority:
         _run("req", "-new", "-key", str(key), "-out", str(csr), "-subj", f"/CN={name}", "-config", os.devnull)
         san = "IP:127.0.0.1,DNS:localhost" if server else f"DNS:{name}"
         ext.write_text(_LEAF_EXT.format(usage="serverAuth" if server else "clientAuth", san=san))
-        _run("x509", "-req", "-in", str(csr), "-CA", str(self.cert), "-CAkey", str(self.key),
-             "-CAcreateserial", "-out", str(cert), "-days", str(VALID_DAYS), "-extfile", str(ext))  # fmt: skip
+        _run(
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            str(self.cert),
+            "-CAkey",
+            str(self.key),
+            "-CAcreateserial",
+            "-out",
+            str(cert),
+            "-days",
+            str(VALID_DAYS),
+            "-extfile",
+            str(ext),
+        )
         return Leaf(cert, key)
 
 
@@ -95,5 +126,10 @@ class Pki:
     def create(cls, directory: Path) -> Pki:
         ca = Authority.create(directory / "ca")
         other = Authority.create(directory / "other", "someone else's CA")
-        return cls(ca, ca.issue("coordinator", server=True), ca.issue("node-1", server=False),
-                   other, other.issue("intruder", server=False))  # fmt: skip
+        return cls(
+            ca,
+            ca.issue("coordinator", server=True),
+            ca.issue("node-1", server=False),
+            other,
+            other.issue("intruder", server=False),
+        )

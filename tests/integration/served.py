@@ -54,22 +54,50 @@ class Served:
             :data:`START_TIMEOUT_S`; the message carries its log.
     """
 
-    def __init__(self, tmp: Path, *extra: str, port: int = 0, state_dir: Path | None = None,
-                 http: bool = False, log_level: str = "INFO", log_format: str = "text",
-                 http_token_file: Path | None = None, env: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tmp: Path,
+        *extra: str,
+        port: int = 0,
+        state_dir: Path | None = None,
+        http: bool = False,
+        log_level: str = "INFO",
+        log_format: str = "text",
+        http_token_file: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         stamp = time.monotonic_ns()
         self.secret_file = tmp / "secret"
         self.log_path = tmp / f"serve-{stamp}.log"
         self.port_file = tmp / f"port-{stamp}"
         self.http_port_file = tmp / f"http-port-{stamp}"
         self.http_token_file = http_token_file or tmp / "http-token"
-        cmd = [*TFCOORD, "--log-level", log_level, "--log-format", log_format, "serve", "--port", str(port),
-               "--port-file", str(self.port_file), "--secret-file", str(self.secret_file), *extra]  # fmt: skip
+        cmd = [
+            *TFCOORD,
+            "--log-level",
+            log_level,
+            "--log-format",
+            log_format,
+            "serve",
+            "--port",
+            str(port),
+            "--port-file",
+            str(self.port_file),
+            "--secret-file",
+            str(self.secret_file),
+            *extra,
+        ]
         if state_dir is not None:
             cmd += ["--state-dir", str(state_dir)]
         if http:
-            cmd += ["--http-port", "0", "--http-port-file", str(self.http_port_file),
-                    "--http-token-file", str(self.http_token_file)]  # fmt: skip
+            cmd += [
+                "--http-port",
+                "0",
+                "--http-port-file",
+                str(self.http_port_file),
+                "--http-token-file",
+                str(self.http_token_file),
+            ]
         self.cmd = cmd
         # An abstract socket: no file to clean up, and no limit on tmp's path length (108 bytes).
         name = f"tfcoord-served-{os.getpid()}-{stamp}"

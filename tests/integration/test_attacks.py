@@ -87,10 +87,24 @@ def test_serve_refuses_caps_that_do_not_fit_its_descriptor_limit(tmp_path: Path)
     import sys
 
     out = subprocess.run(
-        ["prlimit", "--nofile=1024:1024", sys.executable, "-m", "tfcoord", "serve", "--port", "0",
-         "--secret-file", str(tmp_path / "secret"), "--max-connections", "20000"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            "prlimit",
+            "--nofile=1024:1024",
+            sys.executable,
+            "-m",
+            "tfcoord",
+            "serve",
+            "--port",
+            "0",
+            "--secret-file",
+            str(tmp_path / "secret"),
+            "--max-connections",
+            "20000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode != 0
     assert "--max-connections 20000 does not fit the descriptor limit (RLIMIT_NOFILE 1024)" in out.stderr
     assert len(out.stderr.strip().splitlines()) <= 2, out.stderr

@@ -96,11 +96,26 @@ def test_serve_that_cannot_bind_http_exits_and_leaves_no_port_file(tmp_path):
         taken.listen()
         http_port = taken.getsockname()[1]
         out = subprocess.run(
-            [*TFCOORD, "serve", "--port", "0", "--port-file", str(port_file), "--secret-file", str(tmp_path / "s"),
-             "--http-port", str(http_port), "--http-port-file", str(http_port_file),
-             "--http-token-file", str(tmp_path / "token")],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                *TFCOORD,
+                "serve",
+                "--port",
+                "0",
+                "--port-file",
+                str(port_file),
+                "--secret-file",
+                str(tmp_path / "s"),
+                "--http-port",
+                str(http_port),
+                "--http-port-file",
+                str(http_port_file),
+                "--http-token-file",
+                str(tmp_path / "token"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert out.returncode == 2, out.stderr
     assert f"cannot serve HTTP on 127.0.0.1:{http_port}" in out.stderr and "did not start" in out.stderr
     assert not port_file.exists() and not http_port_file.exists()
@@ -114,10 +129,14 @@ def test_serve_refuses_the_secret_as_http_token(tmp_path):
     link = tmp_path / "link-to-secret"
     link.symlink_to(secret)
     base = [*TFCOORD, "serve", "--port", "0", "--secret-file", str(secret), "--http-port", "0"]
-    for token_file, says in [(secret, "is the coordinator secret file"), (link, "is the coordinator secret file"),
-                             (copy, "holds the coordinator secret")]:  # fmt: skip
-        out = subprocess.run([*base, "--http-token-file", str(token_file)], capture_output=True, text=True,
-                             timeout=60)  # fmt: skip
+    for token_file, says in [
+        (secret, "is the coordinator secret file"),
+        (link, "is the coordinator secret file"),
+        (copy, "holds the coordinator secret"),
+    ]:
+        out = subprocess.run(
+            [*base, "--http-token-file", str(token_file)], capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == 2, out.stderr
         assert says in out.stderr and "travels in browser URLs" in out.stderr, out.stderr
 
@@ -199,6 +218,8 @@ def test_foreign_state_dir_is_refused(tmp_path):
     (state / "journal.sqlite3").write_bytes(b"this is not sqlite" * 100)
     out = subprocess.run(
         [*TFCOORD, "serve", "--port", "0", "--secret-file", str(tmp_path / "s"), "--state-dir", str(state)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "not a readable tfcoord journal" in out.stderr

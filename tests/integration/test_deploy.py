@@ -74,9 +74,15 @@ def exec_start_argv(env: dict[str, str]) -> list[str]:
 def test_unit_has_readiness_restart_state_directory_and_hardening():
     d = unit_directives(UNIT.read_text())
     for key, value in {
-        "Type": "notify", "Restart": "on-failure", "StateDirectory": "tfcoord", "NoNewPrivileges": "yes",
-        "ProtectSystem": "strict", "PrivateTmp": "yes", "ProtectHome": "yes", "EnvironmentFile": "/etc/tfcoord/tfcoord.env",
-    }.items():  # fmt: skip
+        "Type": "notify",
+        "Restart": "on-failure",
+        "StateDirectory": "tfcoord",
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "PrivateTmp": "yes",
+        "ProtectHome": "yes",
+        "EnvironmentFile": "/etc/tfcoord/tfcoord.env",
+    }.items():
         assert d.get(key) == [value], key
 
 
@@ -125,8 +131,10 @@ def test_serve_with_the_example_configuration_notifies_systemd_once_listening(tm
     """READY=1 arrives on $NOTIFY_SOCKET after both ports answer; STOPPING=1 on SIGTERM."""
     env = env_file(ENV_FILE.read_text())
     state = tmp_path / "var-lib-tfcoord"  # the unit's StateDirectory, paths below it as configured
-    moved = {k: str(state / Path(env[k]).relative_to("/var/lib/tfcoord"))
-             for k in ("TFCOORD_STATE_DIR", "TFCOORD_SECRET_FILE", "TFCOORD_HTTP_TOKEN_FILE")}  # fmt: skip
+    moved = {
+        k: str(state / Path(env[k]).relative_to("/var/lib/tfcoord"))
+        for k in ("TFCOORD_STATE_DIR", "TFCOORD_SECRET_FILE", "TFCOORD_HTTP_TOKEN_FILE")
+    }
     env.update(moved, TFCOORD_HOST="127.0.0.1", TFCOORD_PORT="0", TFCOORD_HTTP_PORT="0")
     argv = exec_start_argv(env)[1:]
     argv += ["--port-file", str(tmp_path / "port"), "--http-port-file", str(tmp_path / "http-port")]
@@ -134,8 +142,12 @@ def test_serve_with_the_example_configuration_notifies_systemd_once_listening(tm
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(notify_path)
         sock.settimeout(NOTIFY_WAIT_S)
-        proc = subprocess.Popen([sys.executable, "-m", "tfcoord", *argv], stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, NOTIFY_SOCKET=notify_path))  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tfcoord", *argv],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, NOTIFY_SOCKET=notify_path),
+        )
         try:
             ready = _receive(sock, proc)
             assert ready["READY"] == "1" and "listening on 127.0.0.1:" in ready["STATUS"]

@@ -77,8 +77,13 @@ def test_python_version():
 
 
 def test_packages_required_fail_optional_warn():
-    installed = {"msgpack": "1.0.8", "aiohttp": "3.9.5", "prometheus-client": "0.20.0",
-                 "tensorflow-cpu": "2.21.0", "tensorboard": "2.20.0"}  # fmt: skip
+    installed = {
+        "msgpack": "1.0.8",
+        "aiohttp": "3.9.5",
+        "prometheus-client": "0.20.0",
+        "tensorflow-cpu": "2.21.0",
+        "tensorboard": "2.20.0",
+    }
     got = by_check(ec.check_packages(installed.get))
     assert got["package msgpack"].status == "OK" and got["package pyspark"].status == "WARN"
     assert got["package tensorflow"].detail == "2.21.0 (tensorflow-cpu)"
@@ -89,9 +94,13 @@ def test_packages_required_fail_optional_warn():
 
 @pytest.mark.parametrize(
     ("text", "major"),
-    [('openjdk version "17.0.9" 2023-10-17', 17), ('java version "1.8.0_392"', 8),
-     ('openjdk version "21" 2023-09-19', 21), ("no version here", None)],
-)  # fmt: skip
+    [
+        ('openjdk version "17.0.9" 2023-10-17', 17),
+        ('java version "1.8.0_392"', 8),
+        ('openjdk version "21" 2023-09-19', 21),
+        ("no version here", None),
+    ],
+)
 def test_java_version_parsing(text, major):
     assert ec.parse_java_version(text) == major
 
@@ -232,8 +241,9 @@ def test_the_coordinator_check_speaks_tls_to_a_tls_coordinator(pki, tls_coord, t
     plain = ec.check_coordinator(tls_coord.address, str(secret), timeout_s=SILENT_S)
     assert plain.status == "FAIL" and "sent no challenge" in plain.detail
     assert plain.fix.startswith("the coordinator serves TLS and this client speaks plaintext")
-    untrusted = ec.check_coordinator(tls_coord.address, str(secret), tls.client_context(pki.other_ca.cert),
-                                     timeout_s=SILENT_S)  # fmt: skip
+    untrusted = ec.check_coordinator(
+        tls_coord.address, str(secret), tls.client_context(pki.other_ca.cert), timeout_s=SILENT_S
+    )
     assert untrusted.status == "FAIL" and "does not trust" in untrusted.detail
     assert "a certificate was refused" in untrusted.fix
     bad = ec.check_coordinator(tls_coord.address, str(secret), tls_problem="TLS CA file /x does not exist")
@@ -243,15 +253,17 @@ def test_the_coordinator_check_speaks_tls_to_a_tls_coordinator(pki, tls_coord, t
 def test_the_coordinator_check_tells_a_tls_client_the_coordinator_is_plaintext(pki, coordinator, tmp_path):
     secret = tmp_path / "secret"
     auth.write_secret(secret, coordinator.secret)
-    got = ec.check_coordinator(coordinator.address, str(secret), tls.client_context(pki.ca.cert),
-                               timeout_s=SILENT_S)  # fmt: skip
+    got = ec.check_coordinator(
+        coordinator.address, str(secret), tls.client_context(pki.ca.cert), timeout_s=SILENT_S
+    )
     assert got.status == "FAIL" and "does not speak TLS" in got.detail
     assert got.fix.startswith("the coordinator serves plaintext and this client speaks TLS")
 
 
 def _env_check(env: dict[str, str]) -> tuple[int, dict[str, str]]:
-    out = subprocess.run([sys.executable, "-m", "tfcoord", "env-check"], env=env, capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "tfcoord", "env-check"], env=env, capture_output=True, text=True, timeout=120
+    )
     lines = out.stdout.splitlines()
     assert lines and all(LINE.fullmatch(ln) for ln in lines), out.stdout + out.stderr
     return out.returncode, {ln.split(":")[0].split(" ", 1)[1]: ln for ln in lines}
@@ -261,8 +273,12 @@ def test_env_check_command_uses_the_tls_client_settings(pki, tls_coord, tmp_path
     """TFCOORD_TLS_* reach the coordinator check, as they reach status and stop."""
     secret = tmp_path / "secret"
     auth.write_secret(secret, tls_coord.secret)
-    env = dict(os.environ, TFCOORD_ADDRESS=tls_coord.address, TFCOORD_SECRET_FILE=str(secret),
-               TFCOORD_TLS_CA=str(pki.ca.cert))  # fmt: skip
+    env = dict(
+        os.environ,
+        TFCOORD_ADDRESS=tls_coord.address,
+        TFCOORD_SECRET_FILE=str(secret),
+        TFCOORD_TLS_CA=str(pki.ca.cert),
+    )
     for name in ("TFCOORD_TLS_CERT", "TFCOORD_TLS_KEY"):
         env.pop(name, None)
     _, lines = _env_check(env)
@@ -277,11 +293,22 @@ def test_env_check_command(coordinator, tmp_path):
     wrong = tmp_path / "wrong"
     auth.write_secret(wrong)
     env = dict(os.environ, TFCOORD_ADDRESS=coordinator.address, TFCOORD_SECRET_FILE=str(wrong))
-    out = subprocess.run([sys.executable, "-m", "tfcoord", "env-check"], env=env, capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "tfcoord", "env-check"], env=env, capture_output=True, text=True, timeout=120
+    )
     lines = out.stdout.splitlines()
     assert lines and all(LINE.fullmatch(ln) for ln in lines), out.stdout
     assert any(ln.startswith("FAIL coordinator:") for ln in lines) and out.returncode == 1
     checks = {ln.split(":")[0].split(" ", 1)[1] for ln in lines}
-    assert {"python", "package tfcoord", "package aiohttp", "package tensorflow", "java", "SPARK_HOME", "gpus",
-            "background mode", "spark.python.worker.reuse", "coordinator"} <= checks  # fmt: skip
+    assert {
+        "python",
+        "package tfcoord",
+        "package aiohttp",
+        "package tensorflow",
+        "java",
+        "SPARK_HOME",
+        "gpus",
+        "background mode",
+        "spark.python.worker.reuse",
+        "coordinator",
+    } <= checks

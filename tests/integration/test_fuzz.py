@@ -51,31 +51,51 @@ _meta = st.dictionaries(st.text(min_size=1, max_size=12), _scalars, max_size=4)
 _slot = {"job": _job_ids, "executor_id": st.integers(0, 8), "attempt": st.integers(0, 3)}
 _specs = st.builds(
     m.JobSpec,
-    roles=st.sampled_from([(("worker", 2),), (("ps", 1), ("worker", 1)), (("chief", 1), ("evaluator", 1), ("worker", 1))]),
-    reservation_timeout_s=st.floats(0.01, 5), heartbeat_timeout_s=st.floats(0.01, 5),
-    reconnect_grace_s=st.floats(0, 1), tolerate_failure=st.sampled_from([(), ("evaluator",)]),
-    name=_text, labels=st.dictionaries(st.text(min_size=1, max_size=8), _scalars, max_size=3),
-)  # fmt: skip
+    roles=st.sampled_from(
+        [(("worker", 2),), (("ps", 1), ("worker", 1)), (("chief", 1), ("evaluator", 1), ("worker", 1))]
+    ),
+    reservation_timeout_s=st.floats(0.01, 5),
+    heartbeat_timeout_s=st.floats(0.01, 5),
+    reconnect_grace_s=st.floats(0, 1),
+    tolerate_failure=st.sampled_from([(), ("evaluator",)]),
+    name=_text,
+    labels=st.dictionaries(st.text(min_size=1, max_size=8), _scalars, max_size=3),
+)
 _requests = st.one_of(
     st.builds(m.Submit, id=_ids, job=_job_ids, spec=_specs),
     st.builds(m.AwaitJob, id=_ids, job=_job_ids, timeout_s=_waits),
     st.builds(m.WatchJob, id=_ids, job=_job_ids, version=st.integers(0, 2**62), timeout_s=_waits),
     st.builds(m.StopJob, id=_ids, job=_job_ids, reason=_text, dry_run=st.booleans()),
     st.builds(m.Status, id=_ids, job=st.none() | _job_ids),
-    st.builds(m.Register, id=_ids, host=st.from_regex(r"[A-Za-z0-9.:-]{1,30}", fullmatch=True), port=st.integers(1, 65535),
-              gpus=st.lists(st.sampled_from(["GPU-0", "GPU-1"]), max_size=2).map(tuple), task_id=_text,
-              meta=_meta, **_slot),
+    st.builds(
+        m.Register,
+        id=_ids,
+        host=st.from_regex(r"[A-Za-z0-9.:-]{1,30}", fullmatch=True),
+        port=st.integers(1, 65535),
+        gpus=st.lists(st.sampled_from(["GPU-0", "GPU-1"]), max_size=2).map(tuple),
+        task_id=_text,
+        meta=_meta,
+        **_slot,
+    ),
     st.builds(m.AwaitCluster, id=_ids, timeout_s=_waits, **_slot),
-    st.builds(m.Report, id=_ids, state=st.sampled_from(m.NODE_REPORT_STATES), error=_text, meta=_meta, **_slot),
+    st.builds(
+        m.Report, id=_ids, state=st.sampled_from(m.NODE_REPORT_STATES), error=_text, meta=_meta, **_slot
+    ),
     st.builds(m.Heartbeat, id=_ids, meta=_meta, **_slot),
     st.builds(m.AwaitStop, id=_ids, timeout_s=_waits, **_slot),
-)  # fmt: skip
+)
 _any_value = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(), st.text(max_size=10),
-              st.binary(max_size=10)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**64 - 1),
+        st.floats(),
+        st.text(max_size=10),
+        st.binary(max_size=10),
+    ),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
     max_leaves=8,
-)  # fmt: skip
+)
 
 
 @st.composite
@@ -178,8 +198,13 @@ def _fuzz(coord: EmbeddedCoordinator, errors: _Errors, batches: int, frames: int
     sent: list[int] = []
 
     # No shrinking: a batch takes seconds and a failure names its seed, which replays it.
-    @settings(max_examples=batches, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+    @settings(
+        max_examples=batches,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(structured=_structured, seed=st.integers(0, 2**32 - 1))
     def batch(structured: list[Any], seed: int) -> None:
         sent.append(_run_batch(coord, errors, structured, seed, frames))

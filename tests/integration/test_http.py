@@ -48,8 +48,9 @@ class Answer:
         return json.loads(self.body)
 
 
-def fetch(base: str, path: str, token: bytes | None = TOKEN, method: str = "GET",
-          authorization: str | None = None) -> Answer:  # fmt: skip
+def fetch(
+    base: str, path: str, token: bytes | None = TOKEN, method: str = "GET", authorization: str | None = None
+) -> Answer:
     headers = {}
     if authorization is not None:
         headers["Authorization"] = authorization
@@ -174,9 +175,13 @@ def test_healthz_and_the_page_need_no_token_and_everything_else_does(http_coord)
         dict(authorization="Basic " + TOKEN.decode()),
         dict(authorization="Bearer"),
     ]
-    paths = [("/v1/jobs", "/v1/jobs"), ("/v1/jobs/j1", "/v1/jobs/{job}"),
-             ("/v1/jobs/j1/events", "/v1/jobs/{job}/events"), ("/metrics", "/metrics"),
-             ("/v1/openapi.json", "/v1/openapi.json")]  # fmt: skip
+    paths = [
+        ("/v1/jobs", "/v1/jobs"),
+        ("/v1/jobs/j1", "/v1/jobs/{job}"),
+        ("/v1/jobs/j1/events", "/v1/jobs/{job}/events"),
+        ("/metrics", "/metrics"),
+        ("/v1/openapi.json", "/v1/openapi.json"),
+    ]
     for path, template in paths:
         for kw in attempts:
             answer = fetch(base, path, **kw)
@@ -198,11 +203,18 @@ def test_jobs_one_job_and_its_events(http_coord):
         job = d.submit(JobSpec(roles=make_roles(2, 1), name="nightly", labels={"user": "ana"}))
         other = d.submit(JobSpec(roles=make_roles(1)))
         token = d.job_token(job)
-        with NodeClient(coord.address, token, job, 0).connect() as ps, \
-                NodeClient(coord.address, token, job, 1).connect() as w0:  # fmt: skip
+        with (
+            NodeClient(coord.address, token, job, 0).connect() as ps,
+            NodeClient(coord.address, token, job, 1).connect() as w0,
+        ):
             ps.register("10.0.0.5", 2222)
-            w0.register("10.0.0.6", 2223, gpus=["GPU-aaaa"], task_id="task-7",
-                        meta={"tensorboard_url": "http://10.0.0.6:6006", "pid": 4242, "odd": float("nan")})  # fmt: skip
+            w0.register(
+                "10.0.0.6",
+                2223,
+                gpus=["GPU-aaaa"],
+                task_id="task-7",
+                meta={"tensorboard_url": "http://10.0.0.6:6006", "pid": 4242, "odd": float("nan")},
+            )
 
             listing = conforms(fetch(base, "/v1/jobs"), "/v1/jobs")
             assert [j["job"] for j in listing["jobs"]] == [job, other]
@@ -221,7 +233,12 @@ def test_jobs_one_job_and_its_events(http_coord):
             assert set(nodes) == {"ps:0", "worker:0"}
             w = nodes["worker:0"]
             assert (w["host"], w["port"], w["gpus"], w["task_id"], w["attempt"]) == (
-                "10.0.0.6", 2223, ["GPU-aaaa"], "task-7", 0)  # fmt: skip
+                "10.0.0.6",
+                2223,
+                ["GPU-aaaa"],
+                "task-7",
+                0,
+            )
             assert w["tensorboard_url"] == "http://10.0.0.6:6006" and nodes["ps:0"]["tensorboard_url"] is None
             assert w["meta"]["odd"] is None  # NaN is not JSON
             assert w["state"] == "REGISTERED" and w["error"] == "" and w["connected"] is True
@@ -284,7 +301,9 @@ def test_an_unexpected_exception_is_a_json_500_without_a_traceback(http_coord, c
     answer = fetch(base, "/v1/jobs")
     assert answer.status == 500
     assert conforms(answer, "/v1/jobs") == {
-        "error": "internal_error", "message": "the coordinator failed to answer this request; see its log"}  # fmt: skip
+        "error": "internal_error",
+        "message": "the coordinator failed to answer this request; see its log",
+    }
     assert b"Traceback" not in answer.body and b"internal detail" not in answer.body
     logged = [r for r in caplog.records if r.name == "tfcoord.coordinator.http" and r.exc_info]
     assert logged and "internal detail" in str(logged[0].exc_info[1])
@@ -370,8 +389,9 @@ def test_serve_with_http_journal_metrics_and_json_logs(tmp_path):
     """`tfcoord serve --http-port 0`: port and token files, journal commit latency, one
     JSON log line per job and node state change carrying the job id."""
     token_file = tmp_path / "conf" / "http-token"  # its directory is created too
-    served = Served(tmp_path, state_dir=tmp_path / "state", http=True, http_token_file=token_file,
-                    log_format="json")  # fmt: skip
+    served = Served(
+        tmp_path, state_dir=tmp_path / "state", http=True, http_token_file=token_file, log_format="json"
+    )
     try:
         assert oct(token_file.stat().st_mode & 0o777) == "0o600"
         token = auth.read_secret(token_file)
@@ -394,10 +414,16 @@ def test_serve_with_http_journal_metrics_and_json_logs(tmp_path):
     changes = [ln for ln in lines if ln.get("job") == job]
     states = [(ln.get("node"), ln.get("state")) for ln in changes]
     assert states == [
-        (None, "SUBMITTED"), (None, "RESERVING"), ("worker:0", "REGISTERED"), (None, "READY"),
-        ("worker:0", "READY"), ("worker:0", "RUNNING"), (None, "RUNNING"), ("worker:0", "SUCCEEDED"),
+        (None, "SUBMITTED"),
+        (None, "RESERVING"),
+        ("worker:0", "REGISTERED"),
+        (None, "READY"),
+        ("worker:0", "READY"),
+        ("worker:0", "RUNNING"),
+        (None, "RUNNING"),
+        ("worker:0", "SUCCEEDED"),
         (None, "SUCCEEDED"),
-    ], states  # fmt: skip
+    ], states
     assert all(ln["message"].startswith(f"job {job}: ") for ln in changes)
     assert str(token) not in logged and token.decode() not in logged
 
@@ -409,6 +435,10 @@ def test_serve_refuses_http_without_a_token_file_and_a_readable_token_file(tmp_p
     loose = tmp_path / "loose-token"
     loose.write_text("t" * 40)
     loose.chmod(0o644)
-    out = subprocess.run([*base, "--http-port", "0", "--http-token-file", str(loose)],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [*base, "--http-port", "0", "--http-token-file", str(loose)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and f"chmod 600 {loose}" in out.stderr

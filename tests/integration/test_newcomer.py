@@ -85,8 +85,12 @@ def test_a_host_name_that_does_not_resolve_fails_at_once_with_exit_3(served):
 
 def test_the_http_port_given_for_the_protocol_port(served):
     t0 = time.monotonic()
-    one_line(tfcoord("status", "--address", f"127.0.0.1:{served.http_port}", env=served.env), 2,
-             "HTTP server", "--port")  # fmt: skip
+    one_line(
+        tfcoord("status", "--address", f"127.0.0.1:{served.http_port}", env=served.env),
+        2,
+        "HTTP server",
+        "--port",
+    )
     assert time.monotonic() - t0 < UNREACHABLE_WITHIN_S
 
 
@@ -96,8 +100,9 @@ def test_a_silent_peer_is_given_up_on_after_timeout(served):
     silent.listen()  # accepts (the kernel does) but never speaks, nor answers HTTP
     try:
         t0 = time.monotonic()
-        out = tfcoord("status", "--address", f"127.0.0.1:{silent.getsockname()[1]}", "--timeout", "1",
-                      env=served.env)  # fmt: skip
+        out = tfcoord(
+            "status", "--address", f"127.0.0.1:{silent.getsockname()[1]}", "--timeout", "1", env=served.env
+        )
         assert time.monotonic() - t0 < UNREACHABLE_WITHIN_S + 2
         one_line(out, 2, "TLS?")
     finally:
@@ -124,10 +129,16 @@ def test_serve_flags_from_the_environment_and_a_bad_one_named(tmp_path):
     # deploy/tfcoord.env's variables, with this test's paths and free ports: serve honours each.
     env_file = Path(__file__).resolve().parents[2] / "deploy" / "tfcoord.env"
     names = [ln.split("=", 1)[0] for ln in env_file.read_text().splitlines() if ln and not ln.startswith("#")]
-    values = {"TFCOORD_HOST": "127.0.0.1", "TFCOORD_PORT": "0", "TFCOORD_SECRET_FILE": str(tmp_path / "secret"),
-              "TFCOORD_STATE_DIR": str(tmp_path / "journal"), "TFCOORD_HTTP_HOST": "127.0.0.1",
-              "TFCOORD_HTTP_PORT": "0", "TFCOORD_HTTP_TOKEN_FILE": str(tmp_path / "token"),
-              "TFCOORD_LOG_LEVEL": "INFO"}  # fmt: skip
+    values = {
+        "TFCOORD_HOST": "127.0.0.1",
+        "TFCOORD_PORT": "0",
+        "TFCOORD_SECRET_FILE": str(tmp_path / "secret"),
+        "TFCOORD_STATE_DIR": str(tmp_path / "journal"),
+        "TFCOORD_HTTP_HOST": "127.0.0.1",
+        "TFCOORD_HTTP_PORT": "0",
+        "TFCOORD_HTTP_TOKEN_FILE": str(tmp_path / "token"),
+        "TFCOORD_LOG_LEVEL": "INFO",
+    }
     assert sorted(names) == sorted(values), "deploy/tfcoord.env changed: give this test a value for each"
     import os
 
@@ -202,7 +213,9 @@ def test_driver_client_from_env_reads_the_secret_file_as_serve_does(served):
 
 def test_shell_completion_completes_commands_and_choices(tmp_path):
     script = tfcoord("completion", "bash").stdout
-    probe = (script + "\nCOMP_WORDS=(tfcoord sub); COMP_CWORD=1; _tfcoord; echo \"${COMPREPLY[@]}\""
-             "\nCOMP_WORDS=(tfcoord submit --engine ''); COMP_CWORD=3; _tfcoord; echo \"${COMPREPLY[@]}\"")  # fmt: skip
+    probe = (
+        script + '\nCOMP_WORDS=(tfcoord sub); COMP_CWORD=1; _tfcoord; echo "${COMPREPLY[@]}"'
+        "\nCOMP_WORDS=(tfcoord submit --engine ''); COMP_CWORD=3; _tfcoord; echo \"${COMPREPLY[@]}\""
+    )
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30, check=True)
     assert out.stdout.splitlines() == ["submit", "local spark mesos"]

@@ -29,8 +29,15 @@ PHASE_TIMEOUT_S = 120.0
 class _Node(threading.Thread):
     """One node doing what the node runtime does: register, heartbeat, wait, run, finish."""
 
-    def __init__(self, address: str, token: bytes, job: str, executor_id: int, run: threading.Event,
-                 finish: threading.Event) -> None:  # fmt: skip
+    def __init__(
+        self,
+        address: str,
+        token: bytes,
+        job: str,
+        executor_id: int,
+        run: threading.Event,
+        finish: threading.Event,
+    ) -> None:
         super().__init__(name=f"node-{executor_id}", daemon=True)
         self.args = (address, token, job, executor_id)
         self.run_now, self.finish_now = run, finish

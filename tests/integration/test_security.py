@@ -248,14 +248,19 @@ def test_no_credential_in_logs_process_titles_or_the_http_api(pki, tmp_path):
     )
     served = Served(tmp_path, *tls_flags, http=True, log_level="DEBUG")
     ctx = tls.client_context(pki.ca.cert, pki.client.cert, pki.client.key)
-    env = dict(served.env, TFCOORD_TLS_CA=str(pki.ca.cert), TFCOORD_TLS_CERT=str(pki.client.cert),
-               TFCOORD_TLS_KEY=str(pki.client.key))  # fmt: skip
+    env = dict(
+        served.env,
+        TFCOORD_TLS_CA=str(pki.ca.cert),
+        TFCOORD_TLS_CERT=str(pki.client.cert),
+        TFCOORD_TLS_KEY=str(pki.client.key),
+    )
     http_token = served.http_token_file.read_text().strip()
     try:
         # A whole job through the CLI: a node process reports its own runner's command line.
         probe = "import os; print(open(f'/proc/{os.getppid()}/cmdline').read().replace(chr(0), ' '))"
-        submitted = served.cli("submit", "--engine", "local", "--workers", "1", "--", sys.executable, "-c", probe,
-                               env=env)  # fmt: skip
+        submitted = served.cli(
+            "submit", "--engine", "local", "--workers", "1", "--", sys.executable, "-c", probe, env=env
+        )
         assert submitted.returncode == 0, submitted.stderr
         runner_cmdline = submitted.stdout
         assert "tfcoord.node" in runner_cmdline
@@ -273,9 +278,19 @@ def test_no_credential_in_logs_process_titles_or_the_http_api(pki, tmp_path):
         status = served.cli("status", job, "--json", env=env)
         assert status.returncode == 0, status.stderr
         base = f"https://127.0.0.1:{served.http_port}"
-        pages = [_fetch_text(f"{base}{path}", http_token, ctx) for path in (
-            "/", "/dashboard", "/healthz", "/metrics", "/v1/openapi.json", "/v1/jobs", f"/v1/jobs/{job}",
-            f"/v1/jobs/{job}/events")]  # fmt: skip
+        pages = [
+            _fetch_text(f"{base}{path}", http_token, ctx)
+            for path in (
+                "/",
+                "/dashboard",
+                "/healthz",
+                "/metrics",
+                "/v1/openapi.json",
+                "/v1/jobs",
+                f"/v1/jobs/{job}",
+                f"/v1/jobs/{job}/events",
+            )
+        ]
         pages.append(_fetch_text(f"{base}/v1/jobs?token={http_token}", None, ctx))  # a token in a URL
         pages.append(_fetch_text(f"{base}/v1/jobs", "wrong-" + http_token, ctx))
         serve_cmdline = Path(f"/proc/{served.proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -301,8 +316,12 @@ def test_no_credential_in_logs_process_titles_or_the_http_api(pki, tmp_path):
         "status output": status.stdout + status.stderr,
         **{f"HTTP page {i}": page for i, page in enumerate(pages)},
     }
-    leaks = [f"{what} in {where}" for what, value in secrets.items() for where, text in places.items()
-             if value in text]  # fmt: skip
+    leaks = [
+        f"{what} in {where}"
+        for what, value in secrets.items()
+        for where, text in places.items()
+        if value in text
+    ]
     assert leaks == []
 
 

@@ -115,8 +115,10 @@ def test_duplicate_registration_is_refused_and_retry_supersedes(coordinator):
         assert e.value.code == "slot_held"
         # a Spark task retry: once attempt 0's process is gone, attempt 1 supersedes it
         a.close()
-        wait_until(lambda: coordinator.call(lambda: coordinator.server.state.jobs[job].slots[0].node.conn) is None,
-                   what="the coordinator to see attempt 0's connection close")  # fmt: skip
+        wait_until(
+            lambda: coordinator.call(lambda: coordinator.server.state.jobs[job].slots[0].node.conn) is None,
+            what="the coordinator to see attempt 0's connection close",
+        )
         assert retry.register("10.0.0.3", 5001)["index"] == 0
         a = _node(coordinator, d, job, 0)
         with pytest.raises(RequestRejected) as e:
@@ -251,12 +253,16 @@ def test_a_wait_on_its_default_deadline_survives_a_reconnect(coordinator, backgr
     with _driver(coordinator) as d, _driver(coordinator) as other:
         job = d.submit(JobSpec(roles=make_roles(1)))
         background.start(d.await_job, job)  # timeout_s = MAX_TIMEOUT_S, the default
-        wait_until(lambda: bool(coordinator.call(lambda: coordinator.server.state._job_waits(job, "job"))),
-                   what="the await_job to reach the coordinator")  # fmt: skip
+        wait_until(
+            lambda: bool(coordinator.call(lambda: coordinator.server.state._job_waits(job, "job"))),
+            what="the await_job to reach the coordinator",
+        )
         d._sock.shutdown(socket.SHUT_RDWR)  # the network drops the connection
         wait_until(lambda: d.reconnects >= 1, what="a reconnect")
-        wait_until(lambda: bool(coordinator.call(lambda: coordinator.server.state._job_waits(job, "job"))),
-                   what="the resent await_job")  # fmt: skip
+        wait_until(
+            lambda: bool(coordinator.call(lambda: coordinator.server.state._job_waits(job, "job"))),
+            what="the resent await_job",
+        )
         other.stop(job, "enough")
         [outcome] = background.results(timeout_s=10)
         assert isinstance(outcome, JobStopped) and "enough" in str(outcome)
@@ -270,10 +276,25 @@ def test_a_node_runners_command_dies_with_the_runner(coordinator):
         env = dict(os.environ, TFCOORD_TOKEN=d.job_token(job).hex())
         script = "import time; time.sleep(600)"
         runner = subprocess.Popen(
-            [sys.executable, "-m", "tfcoord.node", "--address", coordinator.address, "--job", job,
-             "--executor-id", "0", "--", sys.executable, "-c", script],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tfcoord.node",
+                "--address",
+                coordinator.address,
+                "--job",
+                job,
+                "--executor-id",
+                "0",
+                "--",
+                sys.executable,
+                "-c",
+                script,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             st = d.watch(job, 0, 30)
             while st["state"] != "RUNNING":  # reported once the command started
@@ -320,8 +341,11 @@ def test_node_in_a_subprocess(coordinator):
         job = d.submit(JobSpec(roles=make_roles(1)))
         out = subprocess.run(
             [sys.executable, "-c", code, coordinator.address, d.job_token(job).hex(), job],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         assert d.await_job(job, 10)["state"] == "SUCCEEDED"
     assert (
         out.stdout.strip() == '{"cluster":{"worker":["127.0.0.1:5555"]},"task":{"type":"worker","index":0}}'
@@ -383,10 +407,22 @@ def test_env_does_not_leak_token_into_process_list(coordinator):
         job = d.submit(JobSpec(roles=make_roles(1)))
         token = d.job_token(job).hex()
         env = dict(os.environ, TFCOORD_TOKEN=token)
-        cmd = [sys.executable, "-m", "tfcoord.node", "--address", coordinator.address, "--job", job,
-               "--executor-id", "0", "--", sys.executable, "-c",
-               "import os, json; print(json.loads(os.environ['TF_CONFIG'])['task']); "
-               "print('TFCOORD_TOKEN' in os.environ)"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "tfcoord.node",
+            "--address",
+            coordinator.address,
+            "--job",
+            job,
+            "--executor-id",
+            "0",
+            "--",
+            sys.executable,
+            "-c",
+            "import os, json; print(json.loads(os.environ['TF_CONFIG'])['task']); "
+            "print('TFCOORD_TOKEN' in os.environ)",
+        ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
         assert token not in " ".join(cmd)
         assert out.returncode == 0, out.stderr

@@ -26,8 +26,15 @@ WAIT_S = 60.0
 
 
 def _config(coord, driver: DriverClient, job: str, executor_id: int, **kw) -> SupervisorConfig:
-    return SupervisorConfig(address=coord.address, token=driver.job_token(job), job=job,
-                            executor_id=executor_id, host="127.0.0.1", heartbeat_interval_s=0.2, **kw)  # fmt: skip
+    return SupervisorConfig(
+        address=coord.address,
+        token=driver.job_token(job),
+        job=job,
+        executor_id=executor_id,
+        host="127.0.0.1",
+        heartbeat_interval_s=0.2,
+        **kw,
+    )
 
 
 def _python(code: str, **env: str) -> Command:
@@ -53,8 +60,10 @@ def test_two_commands_rendezvous_and_succeed(coordinator, tmp_path: Path):
     )
     with DriverClient(coordinator.address, coordinator.secret) as d:
         job = d.submit(JobSpec(roles=make_roles(2), reservation_timeout_s=30))
-        sups = [NodeSupervisor(_config(coordinator, d, job, i), _python(code, OUT=str(tmp_path / f"{i}")))
-                for i in range(2)]  # fmt: skip
+        sups = [
+            NodeSupervisor(_config(coordinator, d, job, i), _python(code, OUT=str(tmp_path / f"{i}")))
+            for i in range(2)
+        ]
         for s in sups:
             s.start()
         outcomes = [s.wait(WAIT_S) for s in sups]
@@ -75,8 +84,9 @@ def test_a_failed_child_fails_the_job_and_stops_the_others(coordinator):
         job = d.submit(JobSpec(roles=make_roles(2), reservation_timeout_s=30))
         waiting = NodeSupervisor(_config(coordinator, d, job, 0), _python("import time; time.sleep(600)"))
         failing = NodeSupervisor(
-            _config(coordinator, d, job, 1), _python("import sys; sys.stderr.write('ValueError: bad batch\\n'); sys.exit(3)")
-        )  # fmt: skip
+            _config(coordinator, d, job, 1),
+            _python("import sys; sys.stderr.write('ValueError: bad batch\\n'); sys.exit(3)"),
+        )
         waiting.start()
         failing.start()
         failed = failing.wait(WAIT_S)
@@ -171,8 +181,16 @@ def _raises(args, ctx):
 
 def _spec(coord, driver: DriverClient, job: str, spec: JobSpec, map_fun, tf_args=None) -> NodeSpec:
     slots = tuple(spec.slots())
-    return NodeSpec(address=coord.address, token=driver.job_token(job), job=job, map_fun=map_fun,
-                    tf_args=tf_args or {}, slots=slots, heartbeat_interval_s=0.2, wait_timeout_s=30)  # fmt: skip
+    return NodeSpec(
+        address=coord.address,
+        token=driver.job_token(job),
+        job=job,
+        map_fun=map_fun,
+        tf_args=tf_args or {},
+        slots=slots,
+        heartbeat_interval_s=0.2,
+        wait_timeout_s=30,
+    )
 
 
 def test_forked_map_fun_result_is_shown_and_a_ps_lingers_until_the_job_ends(coordinator, tmp_path: Path):

@@ -842,11 +842,27 @@ async def test_a_second_subscription_takes_over(master, connect, session):
 async def test_tls(tmp_path, session, connect):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
         check=True,
         capture_output=True,
-    )  # fmt: skip
+    )
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(cert, key)
     client = ssl.create_default_context(cafile=str(cert))
@@ -869,12 +885,28 @@ def test_threaded_master_serves_blocking_clients():
 def test_cli_writes_its_port_and_stops_on_sigterm(tmp_path):
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
-        [sys.executable, str(FAKE_MASTER_SCRIPT), "--port", "0", "--port-file", str(port_file),
-         "--agents", "2", "--cpus", "3", "--gpus", "1", "--username", "u", "--password", "p"],
+        [
+            sys.executable,
+            str(FAKE_MASTER_SCRIPT),
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--agents",
+            "2",
+            "--cpus",
+            "3",
+            "--gpus",
+            "1",
+            "--username",
+            "u",
+            "--password",
+            "p",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-    )  # fmt: skip
+    )
     try:
         line = proc.stdout.readline()  # printed once the port file is in place
         assert "listening on http://127.0.0.1:" in line

@@ -55,8 +55,18 @@ def master() -> Iterator[ThreadedFakeMaster]:
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("MESOS_MASTER", "MESOS_SSL", "MESOS_VERIFY_SSL", "MESOS_USERNAME", "MESOS_PASSWORD",
-                "MESOS_FRAMEWORK_ROLE", "DOCKER_IMAGE", "MESOS_ATTRIBUTES", "MESOS_CA_FILE", "TFCOORD_ADDRESS"):  # fmt: skip
+    for var in (
+        "MESOS_MASTER",
+        "MESOS_SSL",
+        "MESOS_VERIFY_SSL",
+        "MESOS_USERNAME",
+        "MESOS_PASSWORD",
+        "MESOS_FRAMEWORK_ROLE",
+        "DOCKER_IMAGE",
+        "MESOS_ATTRIBUTES",
+        "MESOS_CA_FILE",
+        "TFCOORD_ADDRESS",
+    ):
         monkeypatch.delenv(var, raising=False)
     for var in [v for v in os.environ if v.startswith("TFCOORD_MESOS_")]:
         monkeypatch.delenv(var)
@@ -133,8 +143,12 @@ def test_unused_offers_are_declined_with_a_refuse_filter_and_logged_once_each(
     caplog.set_level(logging.INFO, logger="tfcoord.mesos")
     with ThreadedFakeMaster(agents, heartbeat_interval_s=0.5, kill_grace_s=1.0) as m:
         with run_cluster(m, [Job("worker", 1, cpus=0.5, mem=256)]):
-            [offers] = [e["offers"]["offers"] for fw in m.master.frameworks.values() for e in fw.events
-                        if e["type"] == "OFFERS"][:1]  # fmt: skip
+            [offers] = [
+                e["offers"]["offers"]
+                for fw in m.master.frameworks.values()
+                for e in fw.events
+                if e["type"] == "OFFERS"
+            ][:1]
             assert len(offers) == 2  # one round, both agents
             [accept] = m.master.calls_of("ACCEPT")
             [used] = accept["accept"]["offer_ids"]
@@ -155,8 +169,10 @@ def test_unused_offers_are_declined_with_a_refuse_filter_and_logged_once_each(
 
 
 def test_mesos_attributes_place_tasks_only_on_matching_agents(monkeypatch: pytest.MonkeyPatch) -> None:
-    agents = [AgentSpec(cpus=4, mem=8192, ports=((31000, 31099),), attributes={"rack": "r1", "cores": 8.0}),
-              AgentSpec(cpus=4, mem=8192, ports=((32000, 32099),), attributes={"rack": "r2", "cores": 8.0})]  # fmt: skip
+    agents = [
+        AgentSpec(cpus=4, mem=8192, ports=((31000, 31099),), attributes={"rack": "r1", "cores": 8.0}),
+        AgentSpec(cpus=4, mem=8192, ports=((32000, 32099),), attributes={"rack": "r2", "cores": 8.0}),
+    ]
     with ThreadedFakeMaster(agents, heartbeat_interval_s=0.5, kill_grace_s=1.0) as m:
         monkeypatch.setenv("MESOS_ATTRIBUTES", "RACK:R2,cores:8")  # case-insensitive, TEXT and SCALAR
         with run_cluster(m) as c:
@@ -185,13 +201,28 @@ def test_message_and_failure_events_are_handled(
     caplog.set_level(logging.INFO, logger="tfcoord.mesos")
     with run_cluster(master) as c:
         agent = fm.agents[0].id
-        master.call(fm.send_event({"type": "MESSAGE", "message": {"agent_id": {"value": agent},
-                                                                  "executor_id": {"value": "ex-1"}, "data": "aGk="}}))  # fmt: skip
+        master.call(
+            fm.send_event(
+                {
+                    "type": "MESSAGE",
+                    "message": {
+                        "agent_id": {"value": agent},
+                        "executor_id": {"value": "ex-1"},
+                        "data": "aGk=",
+                    },
+                }
+            )
+        )
         master.call(fm.send_event({"type": "FAILURE", "failure": {"agent_id": {"value": agent}}}))
         # The agent's failure makes the engine ask for its tasks at once, naming each.
         ours = {f"tfcoord.{c.job}.{i}.0" for i in range(3)}
-        wait(master, lambda: any({t["task_id"]["value"] for t in r["reconcile"]["tasks"]} == ours
-                                 for r in fm.calls_of("RECONCILE")))  # fmt: skip
+        wait(
+            master,
+            lambda: any(
+                {t["task_id"]["value"] for t in r["reconcile"]["tasks"]} == ours
+                for r in fm.calls_of("RECONCILE")
+            ),
+        )
         messages = [r.getMessage() for r in caplog.records]
         assert any(m.startswith("message from executor ex-1 (ignored") for m in messages)
         assert f"Mesos reports a failure: agent {agent}, executor None, status None" in messages
@@ -205,8 +236,18 @@ def test_message_and_failure_events_are_handled(
 #: ``TensorflowMesos(task_spec, client_ip=None, port=11000, volumes=None, env=None,
 #: loglevel=logging.INFO, containerizer_type="DOCKER", force_pull_image=True, fetcher=None,
 #: gpu_vendor=None, extra_config=None, readiness_timeout=600, verify_ssl=None)``.
-TFMESOS2_KEYWORDS = ("volumes", "env", "loglevel", "containerizer_type", "force_pull_image", "fetcher",
-                     "gpu_vendor", "extra_config", "readiness_timeout", "verify_ssl")  # fmt: skip
+TFMESOS2_KEYWORDS = (
+    "volumes",
+    "env",
+    "loglevel",
+    "containerizer_type",
+    "force_pull_image",
+    "fetcher",
+    "gpu_vendor",
+    "extra_config",
+    "readiness_timeout",
+    "verify_ssl",
+)
 
 
 def test_cluster_has_tfmesos2s_signature() -> None:
@@ -218,18 +259,42 @@ def test_cluster_has_tfmesos2s_signature() -> None:
 
 
 def test_cluster_config_keeps_tfmesos2s_defaults_and_the_environment_wins_over_them() -> None:
-    none = dict.fromkeys(("master", "verify_ssl", "ca_file", "python", "containerizer_type", "force_pull_image",
-                          "gpu_vendor", "volumes", "fetcher", "env"))  # fmt: skip
+    none = dict.fromkeys(
+        (
+            "master",
+            "verify_ssl",
+            "ca_file",
+            "python",
+            "containerizer_type",
+            "force_pull_image",
+            "gpu_vendor",
+            "volumes",
+            "fetcher",
+            "env",
+        )
+    )
     cfg = tfmesos2_config({}, **none)
     assert cfg.masters == ("http://localhost:5050",)  # tfmesos2's MESOS_MASTER default
     assert (cfg.role, cfg.force_pull_image, cfg.containerizer) == ("tensorflow", True, "docker")
-    env = {"MESOS_MASTER": "m1:5050", "MESOS_FRAMEWORK_ROLE": "ml", "TFCOORD_MESOS_FORCE_PULL_IMAGE": "false",
-           "TFCOORD_MESOS_VOLUMES": "/a:/b"}  # fmt: skip
+    env = {
+        "MESOS_MASTER": "m1:5050",
+        "MESOS_FRAMEWORK_ROLE": "ml",
+        "TFCOORD_MESOS_FORCE_PULL_IMAGE": "false",
+        "TFCOORD_MESOS_VOLUMES": "/a:/b",
+    }
     cfg = tfmesos2_config(env, **none)
     assert (cfg.masters, cfg.role, cfg.force_pull_image) == (("http://m1:5050",), "ml", False)
     assert cfg.volumes == (Volume("/a", "/b", "RW"),)
-    cfg = tfmesos2_config(env, **{**none, "force_pull_image": True, "containerizer_type": "MESOS",
-                                  "volumes": {"/data": "/mnt/data"}, "master": "m2"})  # fmt: skip
+    cfg = tfmesos2_config(
+        env,
+        **{
+            **none,
+            "force_pull_image": True,
+            "containerizer_type": "MESOS",
+            "volumes": {"/data": "/mnt/data"},
+            "master": "m2",
+        },
+    )
     assert (cfg.masters, cfg.force_pull_image, cfg.containerizer) == (("http://m2:5050",), True, "mesos")
     assert cfg.volumes == (Volume("/data", "/mnt/data", "RW"),)  # the argument, not the variable
 
@@ -248,7 +313,13 @@ def test_cluster_called_as_tfmesos2_is_and_its_members(
         assert set(tasks) == set(master.master.tasks) and c.get_tasks == tasks
         ps = next(t for t in tasks.values() if t.job_name == "ps")
         assert (ps.task_index, ps.addr, ps.state, ps.initialized, ps.cpus, ps.mem) == (
-            0, "127.0.0.1", "RUNNING", True, 0.5, 256.0)  # fmt: skip
+            0,
+            "127.0.0.1",
+            "RUNNING",
+            True,
+            0.5,
+            256.0,
+        )
         assert c.cluster_def["ps"] == [f"{ps.addr}:{ps.port}"]
         c.wait_until_ready()  # ready already: returns at once
         info = master.master.task(ps.mesos_task_id).task_info
@@ -308,8 +379,10 @@ def test_a_job_no_offer_can_fit_says_so_in_its_status() -> None:
                     status = driver.watch(jid, version, WAIT_S)
                     version = status["version"]
                 [line] = [x for x in status["missing"] if "worker:0" in x]
-                assert line == ("worker:0 (executor 1): never registered; mesos: no offer can ever fit it: "
-                                "needs 8 GPUs, the largest offer had 2")  # fmt: skip
+                assert line == (
+                    "worker:0 (executor 1): never registered; mesos: no offer can ever fit it: "
+                    "needs 8 GPUs, the largest offer had 2"
+                )
                 assert status["state"] in ("SUBMITTED", "RESERVING")  # waiting, not failed: an agent may join
                 mesos.stop_and_wait(driver, jid, "test over")
         finally:
@@ -317,8 +390,10 @@ def test_a_job_no_offer_can_fit_says_so_in_its_status() -> None:
 
 
 def test_gpu_tasks_get_the_offered_gpus_and_cpu_tasks_stay_off_gpu_agents() -> None:
-    agents = [AgentSpec("gpu-agent", cpus=4, mem=4096, gpus=2, gpu_kind="SET", ports=((31000, 31099),)),
-              AgentSpec("127.0.0.1", cpus=4, mem=4096, ports=((32000, 32099),))]  # fmt: skip
+    agents = [
+        AgentSpec("gpu-agent", cpus=4, mem=4096, gpus=2, gpu_kind="SET", ports=((31000, 31099),)),
+        AgentSpec("127.0.0.1", cpus=4, mem=4096, ports=((32000, 32099),)),
+    ]
     with ThreadedFakeMaster(agents, heartbeat_interval_s=0.5) as m:
         # The GPU agent's hostname does not resolve: its task must not need it (--host is given).
         jobs = [Job("ps", 1, cpus=0.5, mem=256), Job("worker", 1, cpus=0.5, mem=256, gpus=1)]
@@ -347,12 +422,15 @@ def watch_until(driver: DriverClient, job: str, predicate: Any) -> dict[str, Any
 
 def test_scalar_gpu_tasks_under_docker_get_an_agent_each() -> None:
     # Docker's --gpus 1 takes an agent's first GPU: two tasks on one agent would share GPU 0.
-    agents = [AgentSpec(cpus=4, mem=4096, gpus=2, ports=((31000, 31099),)),
-              AgentSpec(cpus=4, mem=4096, ports=((32000, 32099),))]  # fmt: skip
+    agents = [
+        AgentSpec(cpus=4, mem=4096, gpus=2, ports=((31000, 31099),)),
+        AgentSpec(cpus=4, mem=4096, ports=((32000, 32099),)),
+    ]
     with ThreadedFakeMaster(agents, heartbeat_interval_s=0.5, kill_grace_s=1.0) as m:
         config = MesosConfig(masters=(m.url,), python=sys.executable)
-        job = MesosJob.of([parse_role("ps:1:cpus=0.5,mem=256"), parse_role("worker:2:cpus=0.5,mem=256,gpus=1")],
-                          SLEEP)  # fmt: skip
+        job = MesosJob.of(
+            [parse_role("ps:1:cpus=0.5,mem=256"), parse_role("worker:2:cpus=0.5,mem=256,gpus=1")], SLEEP
+        )
         coord = mesos.start_coordinator(config, advertise_host="127.0.0.1", gpus=True)
         try:
             with DriverClient(coord.address, coord.secret) as driver:
@@ -361,8 +439,11 @@ def test_scalar_gpu_tasks_under_docker_get_an_agent_each() -> None:
                     driver, jid, lambda st: any("agent of its own" in x for x in st["missing"])
                 )
                 wait(m, lambda: len(m.master.tasks) == 2)  # the ps and one worker: ACCEPT reached the master
-                [first] = [t for t in m.master.tasks.values() if t.agent_id == m.master.agents[0].id
-                           and "--gpus" in t.task_info["command"]["value"]]  # fmt: skip
+                [first] = [
+                    t
+                    for t in m.master.tasks.values()
+                    if t.agent_id == m.master.agents[0].id and "--gpus" in t.task_info["command"]["value"]
+                ]
                 assert first.task_info["container"]["docker"]["parameters"] == [{"key": "gpus", "value": "1"}]
                 assert "--gpus 0" in first.task_info["command"]["value"]
                 [line] = [x for x in status["missing"] if "agent of its own" in x]
@@ -419,8 +500,10 @@ def test_a_failed_accept_is_reconciled_and_its_tasks_placed_again(master: Thread
         assert {f"tfcoord.{c.job}.{i}.0" for i in range(3)} <= reconciled
         running = sorted(tid for tid, t in fm.tasks.items() if t.state == "TASK_RUNNING")
         assert running == [f"tfcoord.{c.job}.{i}.1" for i in range(3)]
-        assert any("launch not confirmed (ACCEPT answered HTTP 503: no leader elected yet)" in text
-                   for _, text in c.status()["events"])  # fmt: skip
+        assert any(
+            "launch not confirmed (ACCEPT answered HTTP 503: no leader elected yet)" in text
+            for _, text in c.status()["events"]
+        )
 
 
 def test_a_dropped_event_stream_is_survived_and_keeps_the_tasks(master: ThreadedFakeMaster) -> None:
@@ -455,8 +538,13 @@ def test_the_masters_are_tried_in_turn_and_the_leader_redirect_followed(master: 
     with ThreadedFakeMaster(heartbeat_interval_s=0.5) as follower:
         follower.call(follower.master.set_leader(master.master.address))
         masters = f"127.0.0.1:{closed_port()},{follower.master.address}"
-        with cluster([Job("worker", 1, cpus=0.5, mem=256)], master=masters, python=sys.executable,
-                     client_ip="127.0.0.1", command=SLEEP) as c:  # fmt: skip
+        with cluster(
+            [Job("worker", 1, cpus=0.5, mem=256)],
+            master=masters,
+            python=sys.executable,
+            client_ip="127.0.0.1",
+            command=SLEEP,
+        ) as c:
             assert c.cluster_def["worker"]
         assert follower.master.frameworks == {}
         assert len(master.master.frameworks) == 1
@@ -610,12 +698,24 @@ async def test_an_offer_in_the_turn_a_job_fails_places_none_of_its_tasks() -> No
             await fm.wait_task_state("tfcoord.j.0.0", "TASK_RUNNING")  # the second task waits for room
             agent = fm.tasks["tfcoord.j.0.0"].agent_id
             server.apply(s.EngineJobFailed(now=time.time(), job="j", reason="test: the job fails"))
-            engine._offers([{  # arriving before the callback that tells the engine the job ended
-                "id": {"value": "late-offer"}, "agent_id": {"value": agent}, "hostname": "127.0.0.1",
-                "resources": [{"name": "cpus", "type": "SCALAR", "scalar": {"value": 4.0}},
-                              {"name": "mem", "type": "SCALAR", "scalar": {"value": 4096.0}},
-                              {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 31100, "end": 31200}]}}],
-            }])  # fmt: skip
+            engine._offers(
+                [
+                    {  # arriving before the callback that tells the engine the job ended
+                        "id": {"value": "late-offer"},
+                        "agent_id": {"value": agent},
+                        "hostname": "127.0.0.1",
+                        "resources": [
+                            {"name": "cpus", "type": "SCALAR", "scalar": {"value": 4.0}},
+                            {"name": "mem", "type": "SCALAR", "scalar": {"value": 4096.0}},
+                            {
+                                "name": "ports",
+                                "type": "RANGES",
+                                "ranges": {"range": [{"begin": 31100, "end": 31200}]},
+                            },
+                        ],
+                    }
+                ]
+            )
             await fm.wait_until(
                 lambda: any(
                     o["value"] == "late-offer"
@@ -641,16 +741,40 @@ PRINT_TASK = (
 def submit(m: ThreadedFakeMaster, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, MESOS_MASTER=m.master.address, TFCOORD_TASK_PYTHON=sys.executable)
     return subprocess.run(
-        [sys.executable, "-m", "tfcoord", "submit", "--engine", "mesos", "--advertise-host", "127.0.0.1", *args],
-        env=env, capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tfcoord",
+            "submit",
+            "--engine",
+            "mesos",
+            "--advertise-host",
+            "127.0.0.1",
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
 
 
 def test_submit_engine_mesos_runs_a_user_command_end_to_end(
     master: ThreadedFakeMaster, tmp_path: Path
 ) -> None:
-    out = submit(master, "--job", "ps:1:cpus=0.5,mem=256", "--job", "worker:2:cpus=0.5,mem=256",
-                 "--", sys.executable, "-c", PRINT_TASK, str(tmp_path))  # fmt: skip
+    out = submit(
+        master,
+        "--job",
+        "ps:1:cpus=0.5,mem=256",
+        "--job",
+        "worker:2:cpus=0.5,mem=256",
+        "--",
+        sys.executable,
+        "-c",
+        PRINT_TASK,
+        str(tmp_path),
+    )
     assert out.returncode == 0, out.stderr
     configs = {p.name: json.loads(p.read_text()) for p in tmp_path.iterdir()}
     # The ps runs the command too, but is stopped as soon as both workers succeeded.
@@ -675,9 +799,13 @@ def test_submit_engine_mesos_exits_non_zero_naming_the_failed_task(master: Threa
 
 @pytest.mark.parametrize(
     ("args", "why"),
-    [(["--", "true"], "needs the cluster's roles"), (["--job", "worker:x"], "is not ROLE:COUNT"),
-     (["--job", "worker:1:gpus=0.5"], "must be a whole number"), (["--job", "boss:1"], "unknown role")],
-)  # fmt: skip
+    [
+        (["--", "true"], "needs the cluster's roles"),
+        (["--job", "worker:x"], "is not ROLE:COUNT"),
+        (["--job", "worker:1:gpus=0.5"], "must be a whole number"),
+        (["--job", "boss:1"], "unknown role"),
+    ],
+)
 def test_submit_engine_mesos_usage_errors(master: ThreadedFakeMaster, args: list[str], why: str) -> None:
     out = submit(master, *args)
     assert out.returncode == 2 and why in out.stderr, out.stderr
@@ -750,8 +878,18 @@ def test_serve_runs_the_framework_for_submitted_jobs(master: ThreadedFakeMaster,
     )
     try:
         assert len(master.master.frameworks) == 1
-        out = serve.cli("submit", "--engine", "mesos", "--job", "worker:2:cpus=0.5,mem=256",
-                        "--", sys.executable, "-c", "print('hello')", env=dict(serve.env, **env))  # fmt: skip
+        out = serve.cli(
+            "submit",
+            "--engine",
+            "mesos",
+            "--job",
+            "worker:2:cpus=0.5,mem=256",
+            "--",
+            sys.executable,
+            "-c",
+            "print('hello')",
+            env=dict(serve.env, **env),
+        )
         assert out.returncode == 0, out.stderr
         assert "job RUNNING -> SUCCEEDED" in out.stderr
     finally:

@@ -116,8 +116,10 @@ async def stream(request: web.Request, *events: dict[str, Any], hold: bool = Tru
 
 
 def subscribed(framework_id: str, heartbeat_s: float) -> dict[str, Any]:
-    return {"type": "SUBSCRIBED", "subscribed": {"framework_id": {"value": framework_id},
-                                                 "heartbeat_interval_seconds": heartbeat_s}}  # fmt: skip
+    return {
+        "type": "SUBSCRIBED",
+        "subscribed": {"framework_id": {"value": framework_id}, "heartbeat_interval_seconds": heartbeat_s},
+    }
 
 
 def config(url: str, **kw: Any) -> MesosConfig:
@@ -153,8 +155,9 @@ async def test_a_removed_framework_subscribes_anew_without_its_old_id(serve: Any
     async def master(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
         bodies.append(body)
         if n == 1:
-            return await stream(request, {"type": "ERROR", "error": {"message": "Framework has been removed"}},
-                                hold=False)  # fmt: skip
+            return await stream(
+                request, {"type": "ERROR", "error": {"message": "Framework has been removed"}}, hold=False
+            )
         return await stream(request, subscribed("fw-new", 15))
 
     listener = Recorder()
@@ -331,8 +334,9 @@ async def test_a_call_refused_as_not_subscribed_resubscribes_and_goes_out_on_the
 
     async def master(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
         if body["type"] == "SUBSCRIBE":
-            resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
-                                                           "Mesos-Stream-Id": next(streams)})  # fmt: skip
+            resp = web.StreamResponse(
+                status=200, headers={"Content-Type": "application/json", "Mesos-Stream-Id": next(streams)}
+            )
             resp.enable_chunked_encoding()
             await resp.prepare(request)
             await resp.write(encode_record(subscribed("fw", 15)))
@@ -394,8 +398,10 @@ async def test_closing_a_tls_subscription_leaks_no_socket_when_the_master_stops_
             while b"\r\n\r\n" not in request:
                 request += peer.recv(65536)
             record = encode_record(subscribed("fw-tls", 15))
-            peer.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMesos-Stream-Id: s\r\n"
-                            b"Transfer-Encoding: chunked\r\n\r\n" + f"{len(record):x}\r\n".encode() + record + b"\r\n")  # fmt: skip
+            peer.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMesos-Stream-Id: s\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + f"{len(record):x}\r\n".encode() + record + b"\r\n"
+            )
             release.wait(WAIT_S)  # reads nothing more: our close_notify goes unanswered
 
     thread = threading.Thread(target=master, daemon=True)

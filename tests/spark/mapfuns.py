@@ -17,12 +17,19 @@ from typing import Any
 
 def _record(args: Any, ctx: Any, **extra: Any) -> None:
     data = {
-        "executor_id": ctx.executor_id, "worker_num": ctx.worker_num, "job_name": ctx.job_name,
-        "task_index": ctx.task_index, "cluster_spec": ctx.cluster_spec, "num_workers": ctx.num_workers,
+        "executor_id": ctx.executor_id,
+        "worker_num": ctx.worker_num,
+        "job_name": ctx.job_name,
+        "task_index": ctx.task_index,
+        "cluster_spec": ctx.cluster_spec,
+        "num_workers": ctx.num_workers,
         "tf_config": json.loads(os.environ["TF_CONFIG"]) if "TF_CONFIG" in os.environ else None,
-        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "defaultFS": ctx.defaultFS,
-        "absolute": ctx.absolute_path("model"), "pid": os.getpid(), **extra,
-    }  # fmt: skip
+        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "defaultFS": ctx.defaultFS,
+        "absolute": ctx.absolute_path("model"),
+        "pid": os.getpid(),
+        **extra,
+    }
     tmp = Path(args.out, f".{ctx.executor_id}.json")
     tmp.write_text(json.dumps(data))
     tmp.replace(Path(args.out, f"{ctx.executor_id}.json"))
@@ -99,8 +106,14 @@ def mwms_train(args: Any, ctx: Any) -> None:
 
     for _ in range(args.steps):
         loss = step(next(it))
-    _record(args, ctx, loss=float(loss), w=float(w.numpy()), b=float(b.numpy()),
-            replicas=strategy.num_replicas_in_sync)  # fmt: skip
+    _record(
+        args,
+        ctx,
+        loss=float(loss),
+        w=float(w.numpy()),
+        b=float(b.numpy()),
+        replicas=strategy.num_replicas_in_sync,
+    )
 
 
 def ps_and_worker(args: Any, ctx: Any) -> None:
@@ -291,6 +304,12 @@ def tfos_style(args: Any, ctx: Any) -> None:
         n += len(batch)
     TFNode.export_saved_model(model, TFNode.hdfs_path(ctx, args.export), is_chief=ctx.job_name == "chief")
     ctx.export_saved_model(model, TFNode.hdfs_path(ctx, args.export + "-ctx"))  # is_chief from the role
-    data = {"worker_num": ctx.worker_num, "job_name": ctx.job_name, "task_index": ctx.task_index,
-            "cluster": cluster.as_dict(), "target": server.target, "records": n}  # fmt: skip
+    data = {
+        "worker_num": ctx.worker_num,
+        "job_name": ctx.job_name,
+        "task_index": ctx.task_index,
+        "cluster": cluster.as_dict(),
+        "target": server.target,
+        "records": n,
+    }
     Path(args.out, "tfos.json").write_text(json.dumps(data))

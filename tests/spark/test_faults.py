@@ -103,8 +103,15 @@ def _await_exits(pids: list[int], timeout_s: float) -> list[int]:
 
 def test_a_killed_supervisor_takes_map_fun_and_tensorboard_with_it(sc, tmp_path):
     """Spark SIGKILLs a task's Python worker on cancel or speculation: nothing it started may live on."""
-    cluster = tfs.run(sc, mapfuns.wait_for_flag, args_for(tmp_path), num_executors=2, num_ps=0,
-                      tensorboard=True, log_dir=str(tmp_path / "tb"))  # fmt: skip
+    cluster = tfs.run(
+        sc,
+        mapfuns.wait_for_flag,
+        args_for(tmp_path),
+        num_executors=2,
+        num_ps=0,
+        tensorboard=True,
+        log_dir=str(tmp_path / "tb"),
+    )
     orphans: list[int] = []
     try:
         version, node = 0, None

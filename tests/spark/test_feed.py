@@ -140,8 +140,17 @@ def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path):
 
     secret = tmp_path / "secret"
     auth.write_secret(secret, cluster._embedded.secret)
-    cli = [sys.executable, "-m", "tfcoord", "stop", cluster.job, "--address", cluster._embedded.address,
-           "--secret-file", str(secret)]  # fmt: skip
+    cli = [
+        sys.executable,
+        "-m",
+        "tfcoord",
+        "stop",
+        cluster.job,
+        "--address",
+        cluster._embedded.address,
+        "--secret-file",
+        str(secret),
+    ]
     dry = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0 and "would stop 1 node(s)" in dry.stdout and "dry run" in dry.stdout
     assert cluster.driver.status(cluster.job)["state"] == "RUNNING"

@@ -64,12 +64,23 @@ def test_ps_and_worker_cluster(sc, tmp_path):
 
 
 def test_chief_and_evaluator_roles(sc, tmp_path):
-    cluster = tfs.run(sc, mapfuns.report_context, args_for(tmp_path), num_executors=2, num_ps=0,
-                      master_node="chief", eval_node=True)  # fmt: skip
+    cluster = tfs.run(
+        sc,
+        mapfuns.report_context,
+        args_for(tmp_path),
+        num_executors=2,
+        num_ps=0,
+        master_node="chief",
+        eval_node=True,
+    )
     status = cluster.shutdown()
     chief, evaluator = _records(tmp_path, 2)  # TensorFlowOnSpark's order: chief, then evaluator
     assert (chief["job_name"], chief["task_index"], evaluator["job_name"], evaluator["task_index"]) == (
-        "chief", 0, "evaluator", 0)  # fmt: skip
+        "chief",
+        0,
+        "evaluator",
+        0,
+    )
     assert chief["tf_config"]["task"] == {"type": "chief", "index": 0}
     assert evaluator["tf_config"]["task"] == {"type": "evaluator", "index": 0}
     assert chief["num_workers"] == 1 and set(chief["cluster_spec"]) >= {"chief"}
@@ -92,8 +103,15 @@ def test_tensorflow_and_tensorboard_ports_are_honoured(sc, tmp_path):
     # Environment variables for the node tasks' Python workers (pyspark ships sc.environment).
     sc.environment.update(TENSORFLOW_PORT=str(tf_port), TENSORBOARD_PORT=str(tb_port))
     try:
-        cluster = tfs.run(sc, mapfuns.wait_for_flag, args_for(tmp_path), num_executors=1, num_ps=0,
-                          tensorboard=True, log_dir=str(tmp_path / "tb"))  # fmt: skip
+        cluster = tfs.run(
+            sc,
+            mapfuns.wait_for_flag,
+            args_for(tmp_path),
+            num_executors=1,
+            num_ps=0,
+            tensorboard=True,
+            log_dir=str(tmp_path / "tb"),
+        )
     finally:
         for k in ("TENSORFLOW_PORT", "TENSORBOARD_PORT"):
             sc.environment.pop(k, None)
@@ -121,8 +139,15 @@ def test_release_port(sc, tmp_path, release):
 
 
 def test_tensorboard_url_answers_http(sc, tmp_path):
-    cluster = tfs.run(sc, mapfuns.wait_for_flag, args_for(tmp_path), num_executors=2, num_ps=0,
-                      tensorboard=True, log_dir=str(tmp_path / "tb"))  # fmt: skip
+    cluster = tfs.run(
+        sc,
+        mapfuns.wait_for_flag,
+        args_for(tmp_path),
+        num_executors=2,
+        num_ps=0,
+        tensorboard=True,
+        log_dir=str(tmp_path / "tb"),
+    )
     try:
         url = cluster.tensorboard_url()
         assert url is not None and url.startswith("http://")
@@ -217,8 +242,14 @@ sc.stop()
 def test_parallel_right_after_the_spark_context_starts_waits_for_executors(tmp_path):
     from tfcoord.node.standalone import LocalSparkCluster
 
-    out = subprocess.run([sys.executable, "-c", EARLY_PARALLEL], capture_output=True, text=True, timeout=240,
-                         env=LocalSparkCluster.env(), cwd=tmp_path)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", EARLY_PARALLEL],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=LocalSparkCluster.env(),
+        cwd=tmp_path,
+    )
     assert "slots at start: 0" in out.stdout, out.stdout + out.stderr[-3000:]  # the case this is about
     assert out.returncode == 0 and "parallel done" in out.stdout, out.stderr[-3000:]
 
@@ -228,8 +259,9 @@ def test_tensorflowonspark_driver_code_runs_unchanged(sc, tmp_path):
     from tfcoord.compat.tensorflowonspark import TFCluster
 
     args = args_for(tmp_path, export=str(tmp_path / "model"))  # hdfs_path makes it file:///...
-    cluster = TFCluster.run(sc, mapfuns.tfos_style, args, 1, 0, False, TFCluster.InputMode.SPARK,
-                            master_node="chief")  # fmt: skip
+    cluster = TFCluster.run(
+        sc, mapfuns.tfos_style, args, 1, 0, False, TFCluster.InputMode.SPARK, master_node="chief"
+    )
     results = cluster.inference(sc.parallelize(range(100), 4)).collect()
     cluster.shutdown(grace_secs=60)
     assert results == [2.0 * x + 1.0 for x in range(100)]  # computed by TensorFlow on the node

@@ -41,8 +41,16 @@ def coordinator(pki: Pki):
 
 def test_nodes_reach_a_mutual_tls_coordinator(sc, tmp_path: Path, pki: Pki, coordinator) -> None:
     files = TlsFiles.of(str(pki.ca.cert), str(pki.client.cert), str(pki.client.key))
-    cluster = tfs.run(sc, mapfuns.report_context, args_for(tmp_path), num_executors=2, num_ps=0,
-                      coordinator=coordinator.address, secret=coordinator.secret, tls=files)  # fmt: skip
+    cluster = tfs.run(
+        sc,
+        mapfuns.report_context,
+        args_for(tmp_path),
+        num_executors=2,
+        num_ps=0,
+        coordinator=coordinator.address,
+        secret=coordinator.secret,
+        tls=files,
+    )
     status = cluster.shutdown()
     assert status["state"] == "SUCCEEDED"
     assert [n["state"] for n in status["nodes"]] == ["SUCCEEDED", "SUCCEEDED"]
@@ -54,8 +62,16 @@ def test_without_the_client_certificate_the_driver_is_refused_before_spark_runs(
     sc, tmp_path, pki, coordinator
 ):
     with pytest.raises(TlsError, match="TFCOORD_TLS_CERT and TFCOORD_TLS_KEY"):
-        tfs.run(sc, mapfuns.report_context, args_for(tmp_path), num_executors=2, num_ps=0,
-                coordinator=coordinator.address, secret=coordinator.secret, tls=TlsFiles.of(str(pki.ca.cert)))  # fmt: skip
+        tfs.run(
+            sc,
+            mapfuns.report_context,
+            args_for(tmp_path),
+            num_executors=2,
+            num_ps=0,
+            coordinator=coordinator.address,
+            secret=coordinator.secret,
+            tls=TlsFiles.of(str(pki.ca.cert)),
+        )
 
 
 def test_tls_needs_a_running_coordinator(sc, tmp_path, pki) -> None:

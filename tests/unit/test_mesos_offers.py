@@ -54,8 +54,15 @@ def offer(
         else {"name": k, "type": "SCALAR", "scalar": {"value": v}}
         for k, v in (attributes or {}).items()
     ]
-    return Offer.from_json({"id": {"value": oid}, "agent_id": {"value": f"agent-{oid}"}, "hostname": f"host-{oid}",
-                            "resources": res, "attributes": attrs})  # fmt: skip
+    return Offer.from_json(
+        {
+            "id": {"value": oid},
+            "agent_id": {"value": f"agent-{oid}"},
+            "hostname": f"host-{oid}",
+            "resources": res,
+            "attributes": attrs,
+        }
+    )
 
 
 def task(key: str, cpus: float = 1, mem: float = 1024, gpus: int = 0, constraints: str = "") -> TaskNeeds:
@@ -189,12 +196,35 @@ def test_placements_carry_the_resource_entries_of_a_task_info() -> None:
     [p] = match([task("w0", cpus=1.5, mem=2048, gpus=1)], [offer("a", gpus=["3"], role="tf")]).placements
     assert p.agent_id == "agent-a" and p.hostname == "host-a"
     assert list(p.resources) == [
-        {"name": "cpus", "type": "SCALAR", "scalar": {"value": 1.5}, "role": "*", "allocation_info": {"role": "tf"}},
-        {"name": "mem", "type": "SCALAR", "scalar": {"value": 2048}, "role": "*", "allocation_info": {"role": "tf"}},
-        {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 31000, "end": 31000}]}, "role": "*",
-         "allocation_info": {"role": "tf"}},
-        {"name": "gpus", "type": "SET", "set": {"item": ["3"]}, "role": "*", "allocation_info": {"role": "tf"}},
-    ]  # fmt: skip
+        {
+            "name": "cpus",
+            "type": "SCALAR",
+            "scalar": {"value": 1.5},
+            "role": "*",
+            "allocation_info": {"role": "tf"},
+        },
+        {
+            "name": "mem",
+            "type": "SCALAR",
+            "scalar": {"value": 2048},
+            "role": "*",
+            "allocation_info": {"role": "tf"},
+        },
+        {
+            "name": "ports",
+            "type": "RANGES",
+            "ranges": {"range": [{"begin": 31000, "end": 31000}]},
+            "role": "*",
+            "allocation_info": {"role": "tf"},
+        },
+        {
+            "name": "gpus",
+            "type": "SET",
+            "set": {"item": ["3"]},
+            "role": "*",
+            "allocation_info": {"role": "tf"},
+        },
+    ]
 
 
 def test_scalar_gpus_are_a_count() -> None:
@@ -210,20 +240,34 @@ def test_gpu_ids_are_taken_in_natural_order() -> None:
 
 def test_resources_split_over_several_entries_of_one_name() -> None:
     raw = {
-        "id": {"value": "o"}, "agent_id": {"value": "ag"}, "hostname": "h",
+        "id": {"value": "o"},
+        "agent_id": {"value": "ag"},
+        "hostname": "h",
         "resources": [
-            {"name": "cpus", "type": "SCALAR", "scalar": {"value": 1}, "role": "tf", "reservations": [{"role": "tf"}]},
+            {
+                "name": "cpus",
+                "type": "SCALAR",
+                "scalar": {"value": 1},
+                "role": "tf",
+                "reservations": [{"role": "tf"}],
+            },
             {"name": "cpus", "type": "SCALAR", "scalar": {"value": 2}, "role": "*"},
             {"name": "mem", "type": "SCALAR", "scalar": {"value": 512}},
             {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 1, "end": 1}]}},
         ],
-    }  # fmt: skip
+    }
     [p] = match([task("w0", cpus=2, mem=256)], [Offer.from_json(raw)]).placements
     cpus = [r for r in p.resources if r["name"] == "cpus"]
     assert cpus == [
-        {"name": "cpus", "type": "SCALAR", "scalar": {"value": 1.0}, "role": "tf", "reservations": [{"role": "tf"}]},
+        {
+            "name": "cpus",
+            "type": "SCALAR",
+            "scalar": {"value": 1.0},
+            "role": "tf",
+            "reservations": [{"role": "tf"}],
+        },
         {"name": "cpus", "type": "SCALAR", "scalar": {"value": 1.0}, "role": "*"},
-    ]  # fmt: skip
+    ]
 
 
 def test_a_malformed_offer_is_a_value_error() -> None:
@@ -279,18 +323,35 @@ def sizes(*offers: Offer) -> list[AgentSize]:
 @pytest.mark.parametrize(
     ("needs", "agents", "reason"),
     [
-        (task("w", gpus=8), sizes(offer("a", gpus=2), offer("b", gpus=["0"])), "needs 8 GPUs, the largest offer had 2"),
+        (
+            task("w", gpus=8),
+            sizes(offer("a", gpus=2), offer("b", gpus=["0"])),
+            "needs 8 GPUs, the largest offer had 2",
+        ),
         (task("w", cpus=16), sizes(offer("a", cpus=4)), "needs 16 cpus, the largest offer had 4"),
-        (task("w", mem=65536), sizes(offer("a", mem=8192)), "needs 65536 MB of memory, the largest offer had 8192"),
+        (
+            task("w", mem=65536),
+            sizes(offer("a", mem=8192)),
+            "needs 65536 MB of memory, the largest offer had 8192",
+        ),
         (task("w", gpus=1), sizes(offer("a")), "needs 1 GPU, the largest offer had 0"),
-        (task("w", cpus=8, gpus=4), sizes(offer("a", cpus=4, gpus=2)),
-         "needs 8 cpus, the largest offer had 4; needs 4 GPUs, the largest offer had 2"),
-        (task("w", cpus=8, mem=16384), sizes(offer("a", cpus=8, mem=1024), offer("b", cpus=1, mem=16384)),
-         "no agent offered all of it at once (closest: "),
-        (task("w", constraints="rack:r9"), sizes(offer("a", attributes={"rack": "r1"}), offer("b", attributes={"zone": 2.0})),
-         "no offer matched the attribute constraints rack:r9 (offers had rack:r1, zone:2)"),
+        (
+            task("w", cpus=8, gpus=4),
+            sizes(offer("a", cpus=4, gpus=2)),
+            "needs 8 cpus, the largest offer had 4; needs 4 GPUs, the largest offer had 2",
+        ),
+        (
+            task("w", cpus=8, mem=16384),
+            sizes(offer("a", cpus=8, mem=1024), offer("b", cpus=1, mem=16384)),
+            "no agent offered all of it at once (closest: ",
+        ),
+        (
+            task("w", constraints="rack:r9"),
+            sizes(offer("a", attributes={"rack": "r1"}), offer("b", attributes={"zone": 2.0})),
+            "no offer matched the attribute constraints rack:r9 (offers had rack:r1, zone:2)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_explain_unfit_says_which_resource_and_how_far_off(
     needs: TaskNeeds, agents: list[AgentSize], reason: str
 ) -> None:
@@ -314,16 +375,27 @@ def test_an_agents_largest_offer_is_remembered() -> None:
     [
         ([task("w0")], [offer("a"), offer("b")], {"b": "every task is placed"}),
         ([], [offer("a")], {"a": "no task waits"}),
-        ([task("w0", cpus=8, mem=16384)], [offer("a", cpus=2)],
-         {"a": "w0 needs 8 cpus (offer has 2), 16384 MB of memory (offer has 8192)"}),
+        (
+            [task("w0", cpus=8, mem=16384)],
+            [offer("a", cpus=2)],
+            {"a": "w0 needs 8 cpus (offer has 2), 16384 MB of memory (offer has 8192)"},
+        ),
         ([task("w0", gpus=1)], [offer("a")], {"a": "w0 needs 1 GPU (offer has 0)"}),
-        ([task("w0", constraints="rack:r2")], [offer("a", attributes={"rack": "r1", "cores": 8.0})],
-         {"a": "w0 attributes rack:r2 not matched (offer has rack:r1,cores:8)"}),
-        ([task(f"w{i}", cpus=8) for i in range(5)], [offer("a")],
-         {"a": "w0 needs 8 cpus (offer has 4); w1 needs 8 cpus (offer has 4); w2 needs 8 cpus (offer has 4); "
-               "and 2 more waiting task(s)"}),
+        (
+            [task("w0", constraints="rack:r2")],
+            [offer("a", attributes={"rack": "r1", "cores": 8.0})],
+            {"a": "w0 attributes rack:r2 not matched (offer has rack:r1,cores:8)"},
+        ),
+        (
+            [task(f"w{i}", cpus=8) for i in range(5)],
+            [offer("a")],
+            {
+                "a": "w0 needs 8 cpus (offer has 4); w1 needs 8 cpus (offer has 4); w2 needs 8 cpus (offer has 4); "
+                "and 2 more waiting task(s)"
+            },
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_declined_offer_says_why_it_got_nothing(
     tasks: list[TaskNeeds], offers: list[Offer], reasons: dict[str, str]
 ) -> None:

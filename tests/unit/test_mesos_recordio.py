@@ -35,8 +35,10 @@ def test_records_split_anywhere_and_packed_together_come_out_whole() -> None:
         assert decoder.buffered == 0
 
 
-@given(st.lists(st.dictionaries(st.text(max_size=5), st.text(max_size=20), max_size=3), max_size=5),
-       st.integers(1, 50))  # fmt: skip
+@given(
+    st.lists(st.dictionaries(st.text(max_size=5), st.text(max_size=20), max_size=3), max_size=5),
+    st.integers(1, 50),
+)
 def test_any_events_any_chunking(events: list[dict[str, str]], size: int) -> None:
     events = [{**e, "type": "X"} for e in events]
     stream = b"".join(encode_record(e) for e in events)

@@ -62,8 +62,12 @@ def test_bad_role_specs_are_refused_clearly(text: str, why: str) -> None:
 
 
 def test_a_mesos_job_travels_in_its_job_spec_labels() -> None:
-    job = MesosJob.of([parse_role("worker:2:cpus=2,mem=4096,gpus=1"), parse_role("ps:1")],
-                      ["python", "train.py", "--steps", "10"], "img:1", "rack:r1")  # fmt: skip
+    job = MesosJob.of(
+        [parse_role("worker:2:cpus=2,mem=4096,gpus=1"), parse_role("ps:1")],
+        ["python", "train.py", "--steps", "10"],
+        "img:1",
+        "rack:r1",
+    )
     spec = job.to_spec(name="demo", reservation_timeout_s=60.0)
     assert spec.roles == (("ps", 1), ("worker", 2)) and spec.engine == "mesos"
     assert spec.labels["mesos.role.worker"] == "cpus=2,mem=4096,gpus=1"
@@ -121,22 +125,42 @@ def test_masters_parse(value: str, ssl: bool, expected: tuple[str, ...]) -> None
 
 @pytest.mark.parametrize(
     ("value", "why"),
-    [("", "no Mesos master"), ("zk://z1:2181/mesos", "ZooKeeper discovery is not supported"),
-     ("m1:notaport", "invalid port"), ("ftp://m1", "scheme must be http or https"), ("m1:5050/x", "host:port")],
-)  # fmt: skip
+    [
+        ("", "no Mesos master"),
+        ("zk://z1:2181/mesos", "ZooKeeper discovery is not supported"),
+        ("m1:notaport", "invalid port"),
+        ("ftp://m1", "scheme must be http or https"),
+        ("m1:5050/x", "host:port"),
+    ],
+)
 def test_bad_masters_are_refused(value: str, why: str) -> None:
     with pytest.raises(MesosConfigError, match=why):
         parse_masters(value)
 
 
 def test_config_from_the_tfmesos2_environment() -> None:
-    env = {"MESOS_MASTER": "m1:5050,m2:5050", "MESOS_SSL": "true", "MESOS_VERIFY_SSL": "false",
-           "MESOS_USERNAME": "u", "MESOS_PASSWORD": "p", "MESOS_FRAMEWORK_ROLE": "tf",
-           "DOCKER_IMAGE": "img:2", "MESOS_ATTRIBUTES": "rack:r1", "MESOS_CA_FILE": "/ca.pem"}  # fmt: skip
+    env = {
+        "MESOS_MASTER": "m1:5050,m2:5050",
+        "MESOS_SSL": "true",
+        "MESOS_VERIFY_SSL": "false",
+        "MESOS_USERNAME": "u",
+        "MESOS_PASSWORD": "p",
+        "MESOS_FRAMEWORK_ROLE": "tf",
+        "DOCKER_IMAGE": "img:2",
+        "MESOS_ATTRIBUTES": "rack:r1",
+        "MESOS_CA_FILE": "/ca.pem",
+    }
     cfg = MesosConfig.from_env(env, python="/opt/py")
     assert cfg.masters == ("https://m1:5050", "https://m2:5050") and cfg.ssl
     assert (cfg.verify_ssl, cfg.username, cfg.password, cfg.role, cfg.image, cfg.ca_file, cfg.python) == (
-        False, "u", "p", "tf", "img:2", "/ca.pem", "/opt/py")  # fmt: skip
+        False,
+        "u",
+        "p",
+        "tf",
+        "img:2",
+        "/ca.pem",
+        "/opt/py",
+    )
     assert [str(c) for c in cfg.constraints] == ["rack:r1"]
     plain = MesosConfig.from_env({"MESOS_MASTER": "m"})
     assert (plain.verify_ssl, plain.image, plain.username) == (True, DEFAULT_IMAGE, None)
@@ -144,20 +168,28 @@ def test_config_from_the_tfmesos2_environment() -> None:
 
 @pytest.mark.parametrize(
     ("env", "why"),
-    [({"MESOS_MASTER": "m", "MESOS_SSL": "maybe"}, "MESOS_SSL must be true or false"),
-     ({"MESOS_MASTER": "m", "MESOS_USERNAME": "u"}, "both MESOS_USERNAME and MESOS_PASSWORD"),
-     ({"MESOS_MASTER": "m", "MESOS_ATTRIBUTES": "rack"}, "not key:value"),
-     ({}, "no Mesos master")],
-)  # fmt: skip
+    [
+        ({"MESOS_MASTER": "m", "MESOS_SSL": "maybe"}, "MESOS_SSL must be true or false"),
+        ({"MESOS_MASTER": "m", "MESOS_USERNAME": "u"}, "both MESOS_USERNAME and MESOS_PASSWORD"),
+        ({"MESOS_MASTER": "m", "MESOS_ATTRIBUTES": "rack"}, "not key:value"),
+        ({}, "no Mesos master"),
+    ],
+)
 def test_config_errors_are_clear(env: dict[str, str], why: str) -> None:
     with pytest.raises(MesosConfigError, match=why):
         MesosConfig.from_env(env)
 
 
 def test_task_settings_from_tfcoord_mesos_variables_reach_the_task_info() -> None:
-    env = {"MESOS_MASTER": "m", "TFCOORD_MESOS_CONTAINERIZER": "MESOS", "TFCOORD_MESOS_GPU_VENDOR": "AMD",
-           "TFCOORD_MESOS_FORCE_PULL_IMAGE": "true", "TFCOORD_MESOS_VOLUMES": "/data:/mnt/data:ro, /scratch:/tmp/s",
-           "TFCOORD_MESOS_ENV": "A=1,B=x=y", "TFCOORD_MESOS_URIS": "https://x/a.tgz,/opt/b.sh"}  # fmt: skip
+    env = {
+        "MESOS_MASTER": "m",
+        "TFCOORD_MESOS_CONTAINERIZER": "MESOS",
+        "TFCOORD_MESOS_GPU_VENDOR": "AMD",
+        "TFCOORD_MESOS_FORCE_PULL_IMAGE": "true",
+        "TFCOORD_MESOS_VOLUMES": "/data:/mnt/data:ro, /scratch:/tmp/s",
+        "TFCOORD_MESOS_ENV": "A=1,B=x=y",
+        "TFCOORD_MESOS_URIS": "https://x/a.tgz,/opt/b.sh",
+    }
     cfg = MesosConfig.from_env(env)
     assert (cfg.containerizer, cfg.gpu_vendor, cfg.force_pull_image) == ("mesos", "amd", True)
     assert cfg.volumes == (Volume("/data", "/mnt/data", "RO"), Volume("/scratch", "/tmp/s", "RW"))
@@ -171,9 +203,13 @@ def test_task_settings_from_tfcoord_mesos_variables_reach_the_task_info() -> Non
     variables = {v["name"]: v["value"] for v in info["command"]["environment"]["variables"]}
     assert variables["A"] == "1" and variables["B"] == "x=y"
     assert [u["value"] for u in info["command"]["uris"]] == ["https://x/a.tgz", "/opt/b.sh"]
-    json_forms = MesosConfig.from_env({"MESOS_MASTER": "m", "TFCOORD_MESOS_ENV": '{"OPTS": "a,b"}',
-                                       "TFCOORD_MESOS_URIS": '[{"value": "hdfs://n/x.py", "extract": false, '
-                                                             '"executable": true}]'})  # fmt: skip
+    json_forms = MesosConfig.from_env(
+        {
+            "MESOS_MASTER": "m",
+            "TFCOORD_MESOS_ENV": '{"OPTS": "a,b"}',
+            "TFCOORD_MESOS_URIS": '[{"value": "hdfs://n/x.py", "extract": false, "executable": true}]',
+        }
+    )
     assert json_forms.env == (("OPTS", "a,b"),)
     assert [(u.value, u.extract, u.executable) for u in json_forms.uris] == [("hdfs://n/x.py", False, True)]
     plain = MesosConfig.from_env({"MESOS_MASTER": "m"})
@@ -183,22 +219,24 @@ def test_task_settings_from_tfcoord_mesos_variables_reach_the_task_info() -> Non
 
 @pytest.mark.parametrize(
     ("var", "value", "why"),
-    [("TFCOORD_MESOS_CONTAINERIZER", "podman", "must be one of docker, mesos, not 'podman'"),
-     ("TFCOORD_MESOS_GPU_VENDOR", "intel", "must be one of nvidia, amd"),
-     ("TFCOORD_MESOS_FORCE_PULL_IMAGE", "sometimes", "must be true or false"),
-     ("TFCOORD_MESOS_VOLUMES", "/data", "is not HOST:CONTAINER"),
-     ("TFCOORD_MESOS_VOLUMES", "/data:/mnt:rx", "the mode must be ro or rw"),
-     ("TFCOORD_MESOS_VOLUMES", "/data:mnt", "the container path must be absolute"),
-     ("TFCOORD_MESOS_ENV", "A", "is not KEY=VALUE"),
-     ("TFCOORD_MESOS_ENV", "1A=x", "is not an environment variable name"),
-     ("TFCOORD_MESOS_ENV", "A=1,A=2", "A is given twice"),
-     ("TFCOORD_MESOS_ENV", '{"A": 1}', "must map names to strings"),
-     ("TFCOORD_MESOS_ENV", "{oops", "is not a JSON object"),
-     ("TFCOORD_MESOS_URIS", "a.tgz", "give a URI with a scheme"),
-     ("TFCOORD_MESOS_URIS", '[{"value": "https://x", "extract": "no"}]', "extract must be true or false"),
-     ("TFCOORD_MESOS_URIS", '[{"uri": "https://x"}]', "must be a URI or an object with value"),
-     ("TFCOORD_MESOS_URIS", "[oops", "is not a JSON list")],
-)  # fmt: skip
+    [
+        ("TFCOORD_MESOS_CONTAINERIZER", "podman", "must be one of docker, mesos, not 'podman'"),
+        ("TFCOORD_MESOS_GPU_VENDOR", "intel", "must be one of nvidia, amd"),
+        ("TFCOORD_MESOS_FORCE_PULL_IMAGE", "sometimes", "must be true or false"),
+        ("TFCOORD_MESOS_VOLUMES", "/data", "is not HOST:CONTAINER"),
+        ("TFCOORD_MESOS_VOLUMES", "/data:/mnt:rx", "the mode must be ro or rw"),
+        ("TFCOORD_MESOS_VOLUMES", "/data:mnt", "the container path must be absolute"),
+        ("TFCOORD_MESOS_ENV", "A", "is not KEY=VALUE"),
+        ("TFCOORD_MESOS_ENV", "1A=x", "is not an environment variable name"),
+        ("TFCOORD_MESOS_ENV", "A=1,A=2", "A is given twice"),
+        ("TFCOORD_MESOS_ENV", '{"A": 1}', "must map names to strings"),
+        ("TFCOORD_MESOS_ENV", "{oops", "is not a JSON object"),
+        ("TFCOORD_MESOS_URIS", "a.tgz", "give a URI with a scheme"),
+        ("TFCOORD_MESOS_URIS", '[{"value": "https://x", "extract": "no"}]', "extract must be true or false"),
+        ("TFCOORD_MESOS_URIS", '[{"uri": "https://x"}]', "must be a URI or an object with value"),
+        ("TFCOORD_MESOS_URIS", "[oops", "is not a JSON list"),
+    ],
+)
 def test_malformed_tfcoord_mesos_variables_are_refused_clearly(var: str, value: str, why: str) -> None:
     with pytest.raises(MesosConfigError, match=re.escape(why)) as info:
         MesosConfig.from_env({"MESOS_MASTER": "m", var: value})
@@ -217,20 +255,23 @@ def test_task_ids_round_trip_even_with_dots_in_the_job_id() -> None:
 
 
 OFFER = {
-    "id": {"value": "o1"}, "agent_id": {"value": "ag1"}, "hostname": "agent-1.example",
+    "id": {"value": "o1"},
+    "agent_id": {"value": "ag1"},
+    "hostname": "agent-1.example",
     "resources": [
         {"name": "cpus", "type": "SCALAR", "scalar": {"value": 8}},
         {"name": "mem", "type": "SCALAR", "scalar": {"value": 16384}},
         {"name": "gpus", "type": "SET", "set": {"item": ["2", "3"]}},
         {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 31000, "end": 31100}]}},
     ],
-}  # fmt: skip
+}
 
 
 def launch(config: MesosConfig, job: MesosJob, gpus: int = 0, executor_id: int = 1) -> dict:
     [p] = match([TaskNeeds("k", "k", 1, 1024, gpus)], [Offer.from_json(OFFER)]).placements
-    return build_task_info(config, TaskLaunch("j1", executor_id, 0, "worker", 0, "coord.example:7070",
-                                              "ab" * 32, job, p))  # fmt: skip
+    return build_task_info(
+        config, TaskLaunch("j1", executor_id, 0, "worker", 0, "coord.example:7070", "ab" * 32, job, p)
+    )
 
 
 def argv(info: dict) -> list[str]:
@@ -249,9 +290,24 @@ def test_task_info_runs_the_node_entry_point_in_docker_on_the_host_network() -> 
     info = launch(CONFIG, SERVER)
     assert info["task_id"] == {"value": "tfcoord.j1.1.0"} and info["agent_id"] == {"value": "ag1"}
     assert info["name"] == "tfcoord j1 /job:worker/task:0"
-    assert argv(info) == ["python3", "-m", "tfcoord.node", "--address", "coord.example:7070", "--job", "j1",
-                          "--executor-id", "1", "--attempt", "0", "--task-id", "tfcoord.j1.1.0",
-                          "--host", "agent-1.example", "--server-mode"]  # fmt: skip
+    assert argv(info) == [
+        "python3",
+        "-m",
+        "tfcoord.node",
+        "--address",
+        "coord.example:7070",
+        "--job",
+        "j1",
+        "--executor-id",
+        "1",
+        "--attempt",
+        "0",
+        "--task-id",
+        "tfcoord.j1.1.0",
+        "--host",
+        "agent-1.example",
+        "--server-mode",
+    ]
     assert info["command"]["shell"] is True
     env = {v["name"]: v["value"] for v in info["command"]["environment"]["variables"]}
     assert env["TFCOORD_TOKEN"] == "ab" * 32 and env["TENSORFLOW_PORT"] == "31000"
@@ -273,11 +329,19 @@ def test_a_user_command_follows_the_double_dash_quoted_for_the_shell() -> None:
     assert info["container"]["docker"]["image"] == "mine:1"
 
 
-SCALAR_OFFER = {**OFFER, "resources": [
-    r if r["name"] != "gpus" else {"name": "gpus", "type": "SCALAR", "scalar": {"value": 4}} for r in OFFER["resources"]
-]}  # fmt: skip
-AMD_DEVICES = [{"key": "device", "value": "/dev/kfd"}, {"key": "device", "value": "/dev/dri"},
-               {"key": "group-add", "value": "video"}, {"key": "security-opt", "value": "seccomp=unconfined"}]  # fmt: skip
+SCALAR_OFFER = {
+    **OFFER,
+    "resources": [
+        r if r["name"] != "gpus" else {"name": "gpus", "type": "SCALAR", "scalar": {"value": 4}}
+        for r in OFFER["resources"]
+    ],
+}
+AMD_DEVICES = [
+    {"key": "device", "value": "/dev/kfd"},
+    {"key": "device", "value": "/dev/dri"},
+    {"key": "group-add", "value": "video"},
+    {"key": "security-opt", "value": "seccomp=unconfined"},
+]
 
 
 @pytest.mark.parametrize(
@@ -302,8 +366,15 @@ AMD_DEVICES = [{"key": "device", "value": "/dev/kfd"}, {"key": "device", "value"
         ("docker", "amd", "", "SCALAR", None, "0,1", False),
     ],
 )
-def test_which_gpus_a_task_is_given(containerizer: str, vendor: str, image: str, kind: str,
-                                    docker_params: list | None, node_gpus: str, isolated: bool) -> None:  # fmt: skip
+def test_which_gpus_a_task_is_given(
+    containerizer: str,
+    vendor: str,
+    image: str,
+    kind: str,
+    docker_params: list | None,
+    node_gpus: str,
+    isolated: bool,
+) -> None:
     config = CONFIG.with_options(containerizer=containerizer, gpu_vendor=vendor, image=image, volumes=())
     [p] = match(
         [TaskNeeds("k", "k", 1, 1024, 2)], [Offer.from_json(OFFER if kind == "SET" else SCALAR_OFFER)]
@@ -315,14 +386,19 @@ def test_which_gpus_a_task_is_given(containerizer: str, vendor: str, image: str,
     assert (container.get("docker") or {}).get("parameters") == docker_params
     assert ("container" in info) == bool(image)
     assert scalar_gpus_isolated(config, image) is isolated
-    wanted = {"name": "gpus", "type": "SET", "set": {"item": ["2", "3"]}} if kind == "SET" else {
-        "name": "gpus", "type": "SCALAR", "scalar": {"value": 2.0}}  # fmt: skip
+    wanted = (
+        {"name": "gpus", "type": "SET", "set": {"item": ["2", "3"]}}
+        if kind == "SET"
+        else {"name": "gpus", "type": "SCALAR", "scalar": {"value": 2.0}}
+    )
     assert wanted in info["resources"]
 
 
 def test_two_scalar_gpu_tasks_are_not_packed_onto_one_agent_where_nothing_isolates_them() -> None:
-    two = [TaskNeeds("w0", "worker:0", 1, 1024, 1, exclusive_gpus=True),
-           TaskNeeds("w1", "worker:1", 1, 1024, 1, exclusive_gpus=True)]  # fmt: skip
+    two = [
+        TaskNeeds("w0", "worker:0", 1, 1024, 1, exclusive_gpus=True),
+        TaskNeeds("w1", "worker:1", 1, 1024, 1, exclusive_gpus=True),
+    ]
     result = match(two, [Offer.from_json(SCALAR_OFFER)])
     assert [p.key for p in result.placements] == ["w0"] and result.unplaced == ("w1",)
     [(key, why)] = result.held_back

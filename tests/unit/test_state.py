@@ -689,8 +689,11 @@ def test_the_job_succeeds_when_chief_and_workers_do_and_ps_and_evaluator_are_tol
     h.report(4, "succeeded")  # the last worker
     assert h.job().state is J.SUCCEEDED
     for told in (ps_stop, eval_stop):
-        assert told.result == {"stop": True, "reason": "the job succeeded; its remaining nodes stop",
-                               "job_state": "SUCCEEDED"}  # fmt: skip
+        assert told.result == {
+            "stop": True,
+            "reason": "the job succeeded; its remaining nodes stop",
+            "job_state": "SUCCEEDED",
+        }
     for eid in (0, 2):
         assert h.report(eid, "stopped").result == {"state": "STOPPED", "job_state": "SUCCEEDED"}
     states = {n["role"]: n["state"] for n in h.status()["nodes"]}
@@ -699,8 +702,15 @@ def test_the_job_succeeds_when_chief_and_workers_do_and_ps_and_evaluator_are_tol
 
 @pytest.mark.parametrize("tolerated", [True, False])
 def test_a_lost_evaluator_is_tolerated_only_when_asked(h: Harness, tolerated: bool) -> None:
-    h.run(spec(("chief", 1), ("evaluator", 1), ("worker", 1), heartbeat_timeout_s=10.0,
-               tolerate_failure=("evaluator",) if tolerated else ()))  # fmt: skip
+    h.run(
+        spec(
+            ("chief", 1),
+            ("evaluator", 1),
+            ("worker", 1),
+            heartbeat_timeout_s=10.0,
+            tolerate_failure=("evaluator",) if tolerated else (),
+        )
+    )
     for eid in (0, 2):
         h.heartbeat(eid, now=T0 + 8)
     h.tick(T0 + 10)  # the evaluator (executor 1) fell silent
@@ -845,8 +855,12 @@ def test_a_huge_reservation_timeout_names_never_registered_slots_as_ranges(h: Ha
     """5,000 missing slots would be a 300 KB message; ranges keep every slot named in a few lines."""
     h.submit(spec(("ps", 2), ("worker", 6000), reservation_timeout_s=60.0, heartbeat_timeout_s=1000.0))
     for eid in [0, *range(2, 1002)]:  # ps:0 and worker:0-999 register; ps:1, worker:1000- do not
-        h.state.handle(s.RegisterNode(now=T0, req=m.Register(id=1, job="j", executor_id=eid, attempt=0,
-                                                             host=f"host{eid}", port=2000)))  # fmt: skip
+        h.state.handle(
+            s.RegisterNode(
+                now=T0,
+                req=m.Register(id=1, job="j", executor_id=eid, attempt=0, host=f"host{eid}", port=2000),
+            )
+        )
     waiting = h.await_cluster(0)
     h.tick(T0 + 60)
     assert h.job().error.splitlines() == [
@@ -862,8 +876,11 @@ def test_missing_slots_beyond_the_line_limit_are_counted_not_dropped_silently(h:
         spec(("worker", 2 * s.MAX_MISSING_LINES + 10), reservation_timeout_s=60.0, heartbeat_timeout_s=1000.0)
     )
     for eid in range(0, 2 * s.MAX_MISSING_LINES + 10, 2):  # every other slot: no two gaps touch
-        h.state.handle(s.RegisterNode(now=T0, req=m.Register(id=1, job="j", executor_id=eid, attempt=0,
-                                                             host="h", port=2000 + eid)))  # fmt: skip
+        h.state.handle(
+            s.RegisterNode(
+                now=T0, req=m.Register(id=1, job="j", executor_id=eid, attempt=0, host="h", port=2000 + eid)
+            )
+        )
     h.tick(T0 + 60)
     lines = h.job().error.splitlines()
     assert len(lines) == 1 + s.MAX_MISSING_LINES + 1
@@ -1646,12 +1663,27 @@ def mesos_task(eid: int, job: str = "j", attempt: int = 0) -> str:
 
 
 def engine_update(
-    h: Harness, eid: int, state: str, message: str = "", *, ended: bool = False, job: str = "j",
-    task_id: str | None = None, now: float | None = None,
-) -> list[s.Effect]:  # fmt: skip
-    return h.handle(s.EngineTaskUpdate(now=h.now if now is None else now, job=job, executor_id=eid,
-                                       task_id=mesos_task(eid, job) if task_id is None else task_id,
-                                       state=state, message=message, ended=ended))  # fmt: skip
+    h: Harness,
+    eid: int,
+    state: str,
+    message: str = "",
+    *,
+    ended: bool = False,
+    job: str = "j",
+    task_id: str | None = None,
+    now: float | None = None,
+) -> list[s.Effect]:
+    return h.handle(
+        s.EngineTaskUpdate(
+            now=h.now if now is None else now,
+            job=job,
+            executor_id=eid,
+            task_id=mesos_task(eid, job) if task_id is None else task_id,
+            state=state,
+            message=message,
+            ended=ended,
+        )
+    )
 
 
 def test_engine_updates_are_journaled_and_shown_with_a_missing_slot(h: Harness) -> None:
@@ -1862,8 +1894,11 @@ def test_removed_waits_leave_the_timer_heap(h: Harness) -> None:
     for round_ in range(200):
         conn = 50_000 + round_
         for i in range(63):
-            h.handle(s.AwaitJobEvent(now=h.now, req=m.AwaitJob(id=i + 1, job="j", timeout_s=7 * 86400.0),
-                                     waiter=(conn, i + 1)))  # fmt: skip
+            h.handle(
+                s.AwaitJobEvent(
+                    now=h.now, req=m.AwaitJob(id=i + 1, job="j", timeout_s=7 * 86400.0), waiter=(conn, i + 1)
+                )
+            )
         h.disconnect(conn)
     assert len(h.state._waits) == 0
     assert len(h.state._timers) <= 2 * s.STALE_TIMER_SLACK + 16

@@ -69,8 +69,9 @@ class Job:
         MesosConfigError: an unknown role or a resource out of range.
     """
 
-    def __init__(self, name: str, num: int, cpus: float = 1.0, mem: float = 1024.0, gpus: int = 0,
-                 start: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self, name: str, num: int, cpus: float = 1.0, mem: float = 1024.0, gpus: int = 0, start: int = 0
+    ) -> None:
         if start != 0:
             raise MesosConfigError(
                 f"Job(start={start}): tfcoord numbers each role's tasks from 0; use start=0"
@@ -106,8 +107,16 @@ class Task:
 class Cluster:
     """What ``with cluster(...) as c`` yields: the running cluster's addresses."""
 
-    def __init__(self, job: str, status: JobStatus, coordinator: EmbeddedCoordinator,
-                 driver: DriverClient, mjob: MesosJob, client_ip: str, port: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        job: str,
+        status: JobStatus,
+        coordinator: EmbeddedCoordinator,
+        driver: DriverClient,
+        mjob: MesosJob,
+        client_ip: str,
+        port: int,
+    ) -> None:
         self.job = job
         #: Role → ["host:port", ...] ordered by task index.
         self.cluster_def: dict[str, list[str]] = dict(status.cluster or {})
@@ -134,8 +143,18 @@ class Cluster:
         for n in self._status.nodes:
             need = self._mjob.slot(n.executor_id)
             port = str(n.port) if n.port else None
-            out[n.task_id] = Task(n.task_id, n.role, n.index, n.host, port, n.state,
-                                  n.state == NodeState.RUNNING, need.cpus, need.mem, need.gpus)  # fmt: skip
+            out[n.task_id] = Task(
+                n.task_id,
+                n.role,
+                n.index,
+                n.host,
+                port,
+                n.state,
+                n.state == NodeState.RUNNING,
+                need.cpus,
+                need.mem,
+                need.gpus,
+            )
         return out
 
     @property
@@ -174,22 +193,38 @@ def _jobs(jobs: Any) -> list[Job]:
     return [j if isinstance(j, Job) else Job(**j) for j in jobs]
 
 
-def _config(environ: Mapping[str, str], *, master: str | None, verify_ssl: bool | None, ca_file: str | None,
-            python: str | None, containerizer_type: str | None, force_pull_image: bool | None,
-            gpu_vendor: str | None, volumes: Mapping[str, str] | None, fetcher: Mapping[str, bool] | None,
-            env: Mapping[str, str] | None) -> MesosConfig:  # fmt: skip
+def _config(
+    environ: Mapping[str, str],
+    *,
+    master: str | None,
+    verify_ssl: bool | None,
+    ca_file: str | None,
+    python: str | None,
+    containerizer_type: str | None,
+    force_pull_image: bool | None,
+    gpu_vendor: str | None,
+    volumes: Mapping[str, str] | None,
+    fetcher: Mapping[str, bool] | None,
+    env: Mapping[str, str] | None,
+) -> MesosConfig:
     """The framework's configuration with tfmesos2's defaults; arguments win over the environment."""
     defaults = {FORCE_PULL_ENV: "true"}  # tfmesos2 pulls the image at every launch
     return MesosConfig.from_env(
-        {**defaults, **environ}, master=master or (None if environ.get("MESOS_MASTER") else TFMESOS2_MASTER),
+        {**defaults, **environ},
+        master=master or (None if environ.get("MESOS_MASTER") else TFMESOS2_MASTER),
         role=environ.get("MESOS_FRAMEWORK_ROLE") or TFMESOS2_ROLE,
-        verify_ssl=verify_ssl, ca_file=ca_file, python=python,
+        verify_ssl=verify_ssl,
+        ca_file=ca_file,
+        python=python,
         containerizer=containerizer_type.lower() if containerizer_type else None,
-        force_pull_image=force_pull_image, gpu_vendor=gpu_vendor.lower() if gpu_vendor else None,
+        force_pull_image=force_pull_image,
+        gpu_vendor=gpu_vendor.lower() if gpu_vendor else None,
         volumes=tuple(Volume(src, dst) for src, dst in volumes.items()) if volumes is not None else None,
-        uris=tuple(FetchUri(uri, bool(extract)) for uri, extract in fetcher.items()) if fetcher is not None else None,
+        uris=tuple(FetchUri(uri, bool(extract)) for uri, extract in fetcher.items())
+        if fetcher is not None
+        else None,
         env=tuple(env.items()) if env is not None else None,
-    )  # fmt: skip
+    )
 
 
 @contextmanager
@@ -240,9 +275,19 @@ def cluster(
     del extra_config
     roles = [j.resources for j in _jobs(jobs)]
     mjob = MesosJob.of(roles, tuple(command), image, os.environ.get("MESOS_ATTRIBUTES", ""))
-    config = _config(os.environ, master=master, verify_ssl=verify_ssl, ca_file=ca_file, python=python,
-                     containerizer_type=containerizer_type, force_pull_image=force_pull_image,
-                     gpu_vendor=gpu_vendor, volumes=volumes, fetcher=fetcher, env=env)  # fmt: skip
+    config = _config(
+        os.environ,
+        master=master,
+        verify_ssl=verify_ssl,
+        ca_file=ca_file,
+        python=python,
+        containerizer_type=containerizer_type,
+        force_pull_image=force_pull_image,
+        gpu_vendor=gpu_vendor,
+        volumes=volumes,
+        fetcher=fetcher,
+        env=env,
+    )
     if loglevel is not None:
         if not logging.getLogger().handlers:  # as tfmesos2 does; never over the caller's set-up
             logging.basicConfig(level=loglevel, format=TFMESOS2_LOG_FORMAT)

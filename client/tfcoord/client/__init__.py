@@ -50,4 +50,4 @@ __all__ = [
     "Unreachable",
     "__version__",
     "make_roles",
-]  # fmt: skip
+]

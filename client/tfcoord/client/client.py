@@ -728,8 +728,17 @@ class NodeClient(Client):
         meta: Mapping[str, Any] | None = None,
     ) -> Registration:
         """Claim this node's slot; returns the role and index it holds."""
-        reply = self.request(lambda i: m.Register(
-            id=i, host=host, port=port, gpus=tuple(gpus), task_id=task_id, meta=dict(meta or {}), **self._ids()))  # fmt: skip
+        reply = self.request(
+            lambda i: m.Register(
+                id=i,
+                host=host,
+                port=port,
+                gpus=tuple(gpus),
+                task_id=task_id,
+                meta=dict(meta or {}),
+                **self._ids(),
+            )
+        )
         return Registration.decode(_result(reply))
 
     def await_cluster(self, timeout_s: float = 600.0) -> ClusterInfo:
@@ -740,8 +749,9 @@ class NodeClient(Client):
             RequestRejected: the job failed or was stopped meanwhile.
         """
         try:
-            reply = self.request(lambda i: m.AwaitCluster(id=i, timeout_s=timeout_s, **self._ids()),
-                                 timeout_s + REPLY_SLACK_S)  # fmt: skip
+            reply = self.request(
+                lambda i: m.AwaitCluster(id=i, timeout_s=timeout_s, **self._ids()), timeout_s + REPLY_SLACK_S
+            )
         except RequestRejected as e:
             if e.code == ErrorCode.TIMEOUT:
                 raise DeadlineExceeded(e.message) from None
@@ -790,8 +800,9 @@ class NodeClient(Client):
             self.stop_reason = reason
             self.stop_event.set()
 
-    def start_heartbeats(self, interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
-                         on_stop: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def start_heartbeats(
+        self, interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S, on_stop: Callable[[str], None] | None = None
+    ) -> None:
         """Heartbeat in a background thread; ``on_stop(reason)`` runs once when told to stop.
 
         A parallel ``await_stop`` wait delivers a stop the moment it is requested; the

@@ -592,12 +592,24 @@ class Error(Message):
 OPS: dict[str, type[Message]] = {
     cls.op: cls
     for cls in (
-        Challenge, Hello, Welcome,
-        Submit, AwaitJob, WatchJob, StopJob, Status,
-        Register, AwaitCluster, Report, Heartbeat, AwaitStop,
-        Reply, ClusterReply, Error,
+        Challenge,
+        Hello,
+        Welcome,
+        Submit,
+        AwaitJob,
+        WatchJob,
+        StopJob,
+        Status,
+        Register,
+        AwaitCluster,
+        Report,
+        Heartbeat,
+        AwaitStop,
+        Reply,
+        ClusterReply,
+        Error,
     )
-}  # fmt: skip
+}
 
 #: Which requests each authenticated role may send.
 DRIVER_OPS = frozenset({Submit, AwaitJob, WatchJob, StopJob, Status})

@@ -152,8 +152,17 @@ class ClusterReplyFrames:
         """
         k = self._KEYS
         tail = self.tail(msg.spec)
-        body = b"".join((self._prefix, k["id"], msgpack.packb(msg.id), k["role"], msgpack.packb(msg.role),
-                         k["index"], msgpack.packb(msg.index)))  # fmt: skip
+        body = b"".join(
+            (
+                self._prefix,
+                k["id"],
+                msgpack.packb(msg.id),
+                k["role"],
+                msgpack.packb(msg.role),
+                k["index"],
+                msgpack.packb(msg.index),
+            )
+        )
         size = len(body) + len(tail)
         if size > self.max_frame_bytes:
             raise LocalProtocolError(f"frame of {size} bytes exceeds the {self.max_frame_bytes}-byte limit")

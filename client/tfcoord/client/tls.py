@@ -28,8 +28,10 @@ MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2
 
 def _no_password() -> bytes:
     # Without a callback OpenSSL would prompt on the terminal: a service would hang there.
-    raise TlsError("the TLS key file is encrypted; tfcoord needs an unencrypted key (protect it with "
-                   "chmod 600 instead), e.g. openssl pkey -in KEY -out KEY.plain")  # fmt: skip
+    raise TlsError(
+        "the TLS key file is encrypted; tfcoord needs an unencrypted key (protect it with "
+        "chmod 600 instead), e.g. openssl pkey -in KEY -out KEY.plain"
+    )
 
 
 def _readable(path: PathLike, what: str) -> Path:
@@ -64,10 +66,14 @@ def _load_chain(ctx: ssl.SSLContext, cert_file: PathLike, key_file: PathLike) ->
         ctx.load_cert_chain(cert, key, password=_no_password)
     except ssl.SSLError as e:
         if e.reason == "KEY_VALUES_MISMATCH":
-            raise TlsError(f"the TLS key {key} does not belong to the certificate {cert}; "
-                           "pass the key the certificate was issued for") from None  # fmt: skip
-        raise TlsError(f"cannot load the TLS certificate {cert} with key {key} ({e.reason or e}); "
-                       "both must be PEM files: the certificate (chain) and its private key") from None  # fmt: skip
+            raise TlsError(
+                f"the TLS key {key} does not belong to the certificate {cert}; "
+                "pass the key the certificate was issued for"
+            ) from None
+        raise TlsError(
+            f"cannot load the TLS certificate {cert} with key {key} ({e.reason or e}); "
+            "both must be PEM files: the certificate (chain) and its private key"
+        ) from None
 
 
 def _load_ca(ctx: ssl.SSLContext, ca_file: PathLike) -> None:
@@ -109,8 +115,10 @@ def client_context(
             one of ``cert_file`` and ``key_file`` is given.
     """
     if (cert_file is None) != (key_file is None):
-        raise TlsError("a TLS client certificate needs its key and the key its certificate: "
-                       "give both (TFCOORD_TLS_CERT and TFCOORD_TLS_KEY) or neither")  # fmt: skip
+        raise TlsError(
+            "a TLS client certificate needs its key and the key its certificate: "
+            "give both (TFCOORD_TLS_CERT and TFCOORD_TLS_KEY) or neither"
+        )
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     ctx.minimum_version = MINIMUM_VERSION
     if ca_file is not None:
@@ -122,14 +130,28 @@ def client_context(
 
 #: OpenSSL reasons that mean the peer does not speak TLS at all: it sent plaintext
 #: (our protocol's challenge) where a TLS record belongs.
-_NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
-                      "UNKNOWN_PROTOCOL", "HTTP_REQUEST", "RECORD_TOO_LARGE"})  # fmt: skip
+_NOT_TLS = frozenset(
+    {
+        "WRONG_VERSION_NUMBER",
+        "RECORD_LAYER_FAILURE",
+        "PACKET_LENGTH_TOO_LONG",
+        "UNKNOWN_PROTOCOL",
+        "HTTP_REQUEST",
+        "RECORD_TOO_LARGE",
+    }
+)
 #: Alerts a mutual-TLS coordinator sends when our certificate is not trusted (TLS 1.2
 #: also says HANDSHAKE_FAILURE when a certificate is missing; TLS 1.3 says CERTIFICATE_REQUIRED).
-_BAD_CLIENT_CERT = frozenset({"TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_BAD_CERTIFICATE",
-                              "SSLV3_ALERT_HANDSHAKE_FAILURE",
-                              "SSLV3_ALERT_CERTIFICATE_UNKNOWN", "TLSV1_ALERT_ACCESS_DENIED",
-                              "SSLV3_ALERT_CERTIFICATE_EXPIRED"})  # fmt: skip
+_BAD_CLIENT_CERT = frozenset(
+    {
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_HANDSHAKE_FAILURE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "TLSV1_ALERT_ACCESS_DENIED",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+    }
+)
 
 
 def explain(error: ssl.SSLError, address: str) -> TlsError | None:

@@ -35,9 +35,16 @@ class EmbeddedCoordinator:
         options: further :class:`ServerConfig` fields (limits, TLS).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, secret: bytes | None = None,
-                 advertise_host: str | None = None, mesos: MesosConfig | None = None,
-                 mesos_gpus: bool = False, **options: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        secret: bytes | None = None,
+        advertise_host: str | None = None,
+        mesos: MesosConfig | None = None,
+        mesos_gpus: bool = False,
+        **options: Any,
+    ) -> None:
         self.secret = secret or auth.new_secret()
         self._config = ServerConfig(secret=self.secret, host=host, port=port, **options)
         self._advertise = advertise_host
@@ -76,8 +83,13 @@ class EmbeddedCoordinator:
                     if self._mesos is not None:
                         from .mesos.engine import MesosEngine  # aiohttp's client only when asked for
 
-                        self.engine = MesosEngine(self.server, self._mesos, self.address,
-                                                  teardown_on_close=True, gpu_resources=self._mesos_gpus)  # fmt: skip
+                        self.engine = MesosEngine(
+                            self.server,
+                            self._mesos,
+                            self.address,
+                            teardown_on_close=True,
+                            gpu_resources=self._mesos_gpus,
+                        )
                         await self.engine.start()
                 except BaseException as e:
                     self.engine = None

@@ -183,9 +183,13 @@ def _auth_middleware(token: bytes, metrics: CoordinatorMetrics) -> Any:
             return await handler(request)
         metrics.http_auth_failures += 1
         why = "a wrong bearer token" if scheme.lower() == "bearer" else "no bearer token"
-        return _error(401, ErrorCode.UNAUTHORIZED, f"this request carries {why}; send 'Authorization: Bearer "
-                      "<token>' with the token from the coordinator's --http-token-file",
-                      {"WWW-Authenticate": 'Bearer realm="tfcoord"'})  # fmt: skip
+        return _error(
+            401,
+            ErrorCode.UNAUTHORIZED,
+            f"this request carries {why}; send 'Authorization: Bearer "
+            "<token>' with the token from the coordinator's --http-token-file",
+            {"WWW-Authenticate": 'Bearer realm="tfcoord"'},
+        )
 
     return check
 
@@ -228,8 +232,12 @@ def _query(request: web.Request, allowed: frozenset[str]) -> dict[str, str]:
 def _job_id(request: web.Request) -> str:
     job = request.match_info["job"]
     if len(job) > m.MAX_ID_LEN or not m.ID_RE.fullmatch(job):
-        raise ApiError(400, ErrorCode.BAD_REQUEST, f"{job[:m.MAX_ID_LEN]!r} is not a job id: job ids are letters, "
-                       f"digits, '.', '_' or '-', at most {m.MAX_ID_LEN} characters")  # fmt: skip
+        raise ApiError(
+            400,
+            ErrorCode.BAD_REQUEST,
+            f"{job[: m.MAX_ID_LEN]!r} is not a job id: job ids are letters, "
+            f"digits, '.', '_' or '-', at most {m.MAX_ID_LEN} characters",
+        )
     return job
 
 
@@ -273,8 +281,9 @@ class _Api:
         return _json({"status": "ok", "jobs": len(self.server.state.jobs), "version": __version__})
 
     async def dashboard(self, request: web.Request) -> web.Response:
-        return web.Response(body=self._dashboard, content_type="text/html", charset="utf-8",
-                            headers=self._dashboard_headers)  # fmt: skip
+        return web.Response(
+            body=self._dashboard, content_type="text/html", charset="utf-8", headers=self._dashboard_headers
+        )
 
     async def openapi(self, request: web.Request) -> web.Response:
         _query(request, frozenset())
@@ -293,8 +302,12 @@ class _Api:
             wanted = {v.strip().upper() for v in q["state"].split(",") if v.strip()}
             bad = sorted(wanted - _JOB_STATES)
             if bad or not wanted:
-                raise ApiError(400, ErrorCode.BAD_REQUEST, f"unknown job state(s) {', '.join(bad) or '(empty)'}; "
-                               f"expected one or more of {', '.join(st.value for st in s.JobState)}")  # fmt: skip
+                raise ApiError(
+                    400,
+                    ErrorCode.BAD_REQUEST,
+                    f"unknown job state(s) {', '.join(bad) or '(empty)'}; "
+                    f"expected one or more of {', '.join(st.value for st in s.JobState)}",
+                )
         jobs = self.server.state.summary()
         if wanted is not None:
             jobs = [j for j in jobs if j["state"] in wanted]
@@ -339,8 +352,9 @@ class _Api:
             {"seq": i, "time": t, "text": text}
             for i, (t, text) in enumerate(job.events[start - base :], start)
         ]
-        return _json({"job": job.id, "state": job.state.value, "events": events,
-                      "next": base + len(job.events)})  # fmt: skip
+        return _json(
+            {"job": job.id, "state": job.state.value, "events": events, "next": base + len(job.events)}
+        )
 
 
 def _csp_hashes(html: str, tag: str) -> str:
@@ -409,9 +423,11 @@ class _Busy(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                        b"Connection: close\r\nContent-Length: 85\r\n\r\n"
-                        b'{"error":"too_many_connections","message":"too many HTTP connections; retry later"}\n')  # fmt: skip
+        transport.write(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: 85\r\n\r\n"
+            b'{"error":"too_many_connections","message":"too many HTTP connections; retry later"}\n'
+        )
         transport.close()
 
 
@@ -467,9 +483,13 @@ class _CappedSite(web.TCPSite):
             return handler
 
         self._server = await loop.create_server(
-            factory, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog,
+            factory,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
             reuse_address=self._reuse_address,
-        )  # fmt: skip
+        )
 
 
 async def start_http(
@@ -488,9 +508,11 @@ async def start_http(
     ``await runner.cleanup()`` before closing the server.
     """
     runner = web.AppRunner(
-        make_app(server, token), access_log_class=_AccessLogger, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        make_app(server, token),
+        access_log_class=_AccessLogger,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         keepalive_timeout=keepalive_timeout_s,
-    )  # fmt: skip
+    )
     await runner.setup()
     try:
         site = _CappedSite(runner, host, port, max_connections, ssl_context=ssl_context, reuse_address=True)

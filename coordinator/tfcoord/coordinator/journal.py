@@ -89,8 +89,14 @@ def encode_event(ev: s.Event) -> tuple[str, bytes]:
     elif isinstance(ev, s.ReservationExpired):
         body = {"job": ev.job}
     elif isinstance(ev, s.EngineTaskUpdate):
-        body = {"job": ev.job, "executor_id": ev.executor_id, "task_id": ev.task_id, "state": ev.state,
-                "message": ev.message, "ended": ev.ended}  # fmt: skip
+        body = {
+            "job": ev.job,
+            "executor_id": ev.executor_id,
+            "task_id": ev.task_id,
+            "state": ev.state,
+            "message": ev.message,
+            "ended": ev.ended,
+        }
     elif isinstance(ev, s.EngineJobFailed):
         body = {"job": ev.job, "reason": ev.reason}
     else:
@@ -121,8 +127,15 @@ def decode_event(kind: str, data: bytes) -> s.Event:
     if kind == "ReservationExpired":
         return s.ReservationExpired(now=now, job=b["job"])
     if kind == "EngineTaskUpdate":
-        return s.EngineTaskUpdate(now=now, job=b["job"], executor_id=b["executor_id"], task_id=b["task_id"],
-                                  state=b["state"], message=b["message"], ended=b["ended"])  # fmt: skip
+        return s.EngineTaskUpdate(
+            now=now,
+            job=b["job"],
+            executor_id=b["executor_id"],
+            task_id=b["task_id"],
+            state=b["state"],
+            message=b["message"],
+            ended=b["ended"],
+        )
     if kind == "EngineJobFailed":
         return s.EngineJobFailed(now=now, job=b["job"], reason=b["reason"])
     raise ValueError(f"unknown journal record kind {kind!r}")

@@ -130,26 +130,30 @@ class CoordinatorMetrics:
         self.reservation_seconds = Histogram(
             "tfcoord_reservation_duration_seconds",
             "Time from a job's submission until every slot was registered (READY).",
-            buckets=RESERVATION_BUCKETS_S, registry=self.registry,
-        )  # fmt: skip
+            buckets=RESERVATION_BUCKETS_S,
+            registry=self.registry,
+        )
         self.readiness_seconds = Histogram(
             "tfcoord_readiness_duration_seconds",
             "Time from READY (every node has the cluster spec) until every node reported running.",
-            buckets=READINESS_BUCKETS_S, registry=self.registry,
-        )  # fmt: skip
+            buckets=READINESS_BUCKETS_S,
+            registry=self.registry,
+        )
         self.failures = Counter(
             "tfcoord_failures",
             "Failures by reason: nodes that ended FAILED (node_failed) or LOST (node_lost), and "
             "jobs whose reservation deadline passed (reservation_timeout).",
-            labelnames=["reason"], registry=self.registry,
-        )  # fmt: skip
+            labelnames=["reason"],
+            registry=self.registry,
+        )
         for reason in FAILURE_REASONS:
             self.failures.labels(reason)  # present, at zero, before the first one
         self.commit_seconds = Histogram(
             "tfcoord_journal_commit_duration_seconds",
             "Time one group commit of the journal took (SQLite under --state-dir).",
-            buckets=COMMIT_BUCKETS_S, registry=self.registry,
-        )  # fmt: skip
+            buckets=COMMIT_BUCKETS_S,
+            registry=self.registry,
+        )
         self.registry.register(_StateCollector(self))
         #: job id → when it became READY, until it runs or ends.
         self._ready_at: dict[str, float] = {}

@@ -122,8 +122,9 @@ def fd_limit() -> int:
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
-def connection_budget(max_connections: int | None, max_unauthenticated: int, http_connections: int,
-                      limit: int | None = None) -> int:  # fmt: skip
+def connection_budget(
+    max_connections: int | None, max_unauthenticated: int, http_connections: int, limit: int | None = None
+) -> int:
     """The authenticated-connection cap to serve with, checked against the descriptor limit.
 
     Every connection costs a descriptor, and running out of them does not refuse the one
@@ -136,18 +137,24 @@ def connection_budget(max_connections: int | None, max_unauthenticated: int, htt
     """
     limit = fd_limit() if limit is None else limit
     left = limit - RESERVED_FDS - max_unauthenticated - http_connections
-    fix = ("raise the limit (ulimit -n, or LimitNOFILE= in the systemd unit) or lower the caps "
-           "(--max-connections, --max-unauthenticated, --http-max-connections)")  # fmt: skip
+    fix = (
+        "raise the limit (ulimit -n, or LimitNOFILE= in the systemd unit) or lower the caps "
+        "(--max-connections, --max-unauthenticated, --http-max-connections)"
+    )
     if max_connections is None:
         if left < 16:
-            raise BudgetError(f"the descriptor limit (RLIMIT_NOFILE {limit}) leaves {max(left, 0)} connections "
-                              f"after {max_unauthenticated} unauthenticated, {http_connections} HTTP and "
-                              f"{RESERVED_FDS} reserved; {fix}")  # fmt: skip
+            raise BudgetError(
+                f"the descriptor limit (RLIMIT_NOFILE {limit}) leaves {max(left, 0)} connections "
+                f"after {max_unauthenticated} unauthenticated, {http_connections} HTTP and "
+                f"{RESERVED_FDS} reserved; {fix}"
+            )
         return min(DEFAULT_MAX_CONNECTIONS, left)
     if max_connections < 1 or max_connections > left:
-        raise BudgetError(f"--max-connections {max_connections} does not fit the descriptor limit "
-                          f"(RLIMIT_NOFILE {limit}): {max_unauthenticated} unauthenticated, {http_connections} "
-                          f"HTTP and {RESERVED_FDS} reserved descriptors leave {max(left, 0)}; {fix}")  # fmt: skip
+        raise BudgetError(
+            f"--max-connections {max_connections} does not fit the descriptor limit "
+            f"(RLIMIT_NOFILE {limit}): {max_unauthenticated} unauthenticated, {http_connections} "
+            f"HTTP and {RESERVED_FDS} reserved descriptors leave {max(left, 0)}; {fix}"
+        )
     return max_connections
 
 
@@ -171,8 +178,11 @@ class _AcceptErrorLog:
             self._last = now
             more = f" ({self.suppressed} more since the last such line)" if self.suppressed else ""
             self.suppressed = 0
-            log.error("cannot accept connections: %s%s; out of file descriptors? see --max-connections",
-                      context.get("exception") or message, more)  # fmt: skip
+            log.error(
+                "cannot accept connections: %s%s; out of file descriptors? see --max-connections",
+                context.get("exception") or message,
+                more,
+            )
             return
         if self._previous is not None:
             self._previous(loop, context)
@@ -234,13 +244,18 @@ class _Peer(asyncio.Protocol):
         cfg = srv.config
         if srv.unauthenticated >= cfg.max_unauthenticated:
             srv.rejected_connections += 1
-            self.fail(ErrorCode.TOO_MANY_CONNECTIONS, f"{cfg.max_unauthenticated} connections are in their "
-                      "handshake already; try again later")  # fmt: skip
+            self.fail(
+                ErrorCode.TOO_MANY_CONNECTIONS,
+                f"{cfg.max_unauthenticated} connections are in their handshake already; try again later",
+            )
             return
         if srv.unauthenticated_from.get(self.source, 0) >= cfg.max_unauthenticated_per_source:
             srv.rejected_connections += 1
-            self.fail(ErrorCode.TOO_MANY_CONNECTIONS, f"{cfg.max_unauthenticated_per_source} connections from "
-                      f"{self.source} are in their handshake already; try again later")  # fmt: skip
+            self.fail(
+                ErrorCode.TOO_MANY_CONNECTIONS,
+                f"{cfg.max_unauthenticated_per_source} connections from "
+                f"{self.source} are in their handshake already; try again later",
+            )
             return
         self._count_unauth(+1)
         srv.peers[self.id] = self
@@ -319,15 +334,30 @@ class _Peer(asyncio.Protocol):
         now = self._loop.time()
         deadlines = []
         if self.role is None:
-            deadlines.append((self._connected_at + cfg.handshake_timeout_s, ErrorCode.HANDSHAKE_TIMEOUT,
-                              f"no hello within {cfg.handshake_timeout_s:g} s"))  # fmt: skip
+            deadlines.append(
+                (
+                    self._connected_at + cfg.handshake_timeout_s,
+                    ErrorCode.HANDSHAKE_TIMEOUT,
+                    f"no hello within {cfg.handshake_timeout_s:g} s",
+                )
+            )
         if self._frame_started is not None:
-            deadlines.append((self._frame_started + cfg.frame_timeout_s, ErrorCode.FRAME_TIMEOUT,
-                              f"a frame stayed incomplete for {cfg.frame_timeout_s:g} s "
-                              f"({self.proto.buffered} bytes received)"))  # fmt: skip
+            deadlines.append(
+                (
+                    self._frame_started + cfg.frame_timeout_s,
+                    ErrorCode.FRAME_TIMEOUT,
+                    f"a frame stayed incomplete for {cfg.frame_timeout_s:g} s "
+                    f"({self.proto.buffered} bytes received)",
+                )
+            )
         elif self.role is not None and self.pending == 0:
-            deadlines.append((self.idle_since + cfg.idle_timeout_s, ErrorCode.IDLE_TIMEOUT,
-                              f"nothing sent and nothing pending for {cfg.idle_timeout_s:g} s"))  # fmt: skip
+            deadlines.append(
+                (
+                    self.idle_since + cfg.idle_timeout_s,
+                    ErrorCode.IDLE_TIMEOUT,
+                    f"nothing sent and nothing pending for {cfg.idle_timeout_s:g} s",
+                )
+            )
         for when, code, message in deadlines:
             if now >= when:
                 self.server.timed_out[code] = self.server.timed_out.get(code, 0) + 1
@@ -359,8 +389,11 @@ class _Peer(asyncio.Protocol):
         self._count_unauth(-1)
         if srv.authenticated >= srv.config.max_connections:
             srv.rejected_connections += 1
-            self.fail(ErrorCode.TOO_MANY_CONNECTIONS, f"the coordinator holds its maximum of "
-                      f"{srv.config.max_connections} connections; try again later")  # fmt: skip
+            self.fail(
+                ErrorCode.TOO_MANY_CONNECTIONS,
+                f"the coordinator holds its maximum of "
+                f"{srv.config.max_connections} connections; try again later",
+            )
             return False
         srv.authenticated += 1
         self.role, self.job = role, job
@@ -397,9 +430,16 @@ class _Peer(asyncio.Protocol):
         log.warning("reply %s to %s not sent: %s", msg.op, self.peername, e)
         if rid is None:
             return b""
-        return self.proto.send(m.Error(id=rid, code=ErrorCode.TOO_LARGE, message=(
-            f"the answer to this request is too large for one frame ({e}); ask for less "
-            "(one job's status instead of all, or the HTTP API's /v1/jobs/JOB/events pages)")))  # fmt: skip
+        return self.proto.send(
+            m.Error(
+                id=rid,
+                code=ErrorCode.TOO_LARGE,
+                message=(
+                    f"the answer to this request is too large for one frame ({e}); ask for less "
+                    "(one job's status instead of all, or the HTTP API's /v1/jobs/JOB/events pages)"
+                ),
+            )
+        )
 
     def fail(self, code: ErrorCode, message: str) -> None:
         """Send a connection-level error frame and close."""
@@ -418,8 +458,9 @@ class _Peer(asyncio.Protocol):
 class CoordinatorServer:
     """The coordinator: state machine + journal behind the TCP protocol."""
 
-    def __init__(self, config: ServerConfig, journal: Journal | None = None,
-                 state: s.CoordinatorState | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, config: ServerConfig, journal: Journal | None = None, state: s.CoordinatorState | None = None
+    ) -> None:
         self.config = config
         self.state = state or s.CoordinatorState(config.keep_finished_jobs, config.keep_finished_s)
         self.journal = journal or MemoryJournal()
@@ -450,15 +491,18 @@ class CoordinatorServer:
             m.Submit: lambda p, r, now: s.SubmitJob(now=now, job=r.job, spec=r.spec, waiter=(p.id, r.id)),
             m.AwaitJob: lambda p, r, now: s.AwaitJobEvent(now=now, req=r, waiter=(p.id, r.id)),
             m.WatchJob: lambda p, r, now: s.AwaitJobEvent(now=now, req=r, waiter=(p.id, r.id)),
-            m.StopJob: lambda p, r, now: s.StopJobEvent(now=now, job=r.job, reason=r.reason, cause=r.cause,
-                                                        dry_run=r.dry_run, waiter=(p.id, r.id)),
+            m.StopJob: lambda p, r, now: s.StopJobEvent(
+                now=now, job=r.job, reason=r.reason, cause=r.cause, dry_run=r.dry_run, waiter=(p.id, r.id)
+            ),
             m.Status: lambda p, r, now: s.StatusEvent(now=now, job=r.job, waiter=(p.id, r.id)),
             m.Register: lambda p, r, now: s.RegisterNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
             m.Report: lambda p, r, now: s.ReportNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
             m.Heartbeat: lambda p, r, now: s.HeartbeatNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
-            m.AwaitCluster: lambda p, r, now: s.AwaitClusterEvent(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+            m.AwaitCluster: lambda p, r, now: s.AwaitClusterEvent(
+                now=now, req=r, conn=p.id, waiter=(p.id, r.id)
+            ),
             m.AwaitStop: lambda p, r, now: s.AwaitStopEvent(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
-        }  # fmt: skip
+        }
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -481,9 +525,13 @@ class CoordinatorServer:
             loop.set_exception_handler(self._accept_errors)
         tls = {"ssl": self.config.ssl_context, "ssl_handshake_timeout": self.config.handshake_timeout_s}
         self._server = await loop.create_server(
-            self._new_peer, self.config.host, self.config.port,
-            **(tls if self.config.ssl_context is not None else {}), reuse_address=True, backlog=4096,
-        )  # fmt: skip
+            self._new_peer,
+            self.config.host,
+            self.config.port,
+            **(tls if self.config.ssl_context is not None else {}),
+            reuse_address=True,
+            backlog=4096,
+        )
         sockname = self._server.sockets[0].getsockname()
         self._arm_timer()
         return sockname[0], sockname[1]
@@ -517,27 +565,49 @@ class CoordinatorServer:
             peer.fail(ErrorCode.PROTOCOL_ERROR, f"a client may not send {msg.op!r} frames")
             return
         if type(msg) not in m.ALLOWED_OPS[peer.role]:
-            peer.write(m.Error(id=msg.id, code=ErrorCode.FORBIDDEN, message=(
-                f"op {msg.op!r} is not allowed for a {peer.role} connection")))  # fmt: skip
+            peer.write(
+                m.Error(
+                    id=msg.id,
+                    code=ErrorCode.FORBIDDEN,
+                    message=(f"op {msg.op!r} is not allowed for a {peer.role} connection"),
+                )
+            )
             return
         job = getattr(msg, "job", None)
         if peer.role == "node" and job != peer.job:
-            peer.write(m.Error(id=msg.id, code=ErrorCode.FORBIDDEN, message=(
-                f"this connection is authenticated for job {peer.job} only, not {job}")))  # fmt: skip
+            peer.write(
+                m.Error(
+                    id=msg.id,
+                    code=ErrorCode.FORBIDDEN,
+                    message=(f"this connection is authenticated for job {peer.job} only, not {job}"),
+                )
+            )
             return
         if peer.pending >= MAX_PENDING_PER_CONNECTION:
-            peer.write(m.Error(id=msg.id, code=ErrorCode.TOO_MANY_REQUESTS, message=(
-                f"{MAX_PENDING_PER_CONNECTION} requests are already pending on this connection")))  # fmt: skip
+            peer.write(
+                m.Error(
+                    id=msg.id,
+                    code=ErrorCode.TOO_MANY_REQUESTS,
+                    message=(f"{MAX_PENDING_PER_CONNECTION} requests are already pending on this connection"),
+                )
+            )
             return
         if (
             isinstance(msg, m.Submit)
             and msg.spec.engine in COORDINATOR_ENGINES
             and msg.spec.engine not in self.engines
         ):
-            peer.write(m.Error(id=msg.id, code=ErrorCode.NO_ENGINE, message=(
-                f"this coordinator does not run the {msg.spec.engine} engine; start it with that engine "
-                f"configured (for Mesos: MESOS_MASTER set for tfcoord serve), or submit without "
-                f"TFCOORD_ADDRESS to use an embedded coordinator")))  # fmt: skip
+            peer.write(
+                m.Error(
+                    id=msg.id,
+                    code=ErrorCode.NO_ENGINE,
+                    message=(
+                        f"this coordinator does not run the {msg.spec.engine} engine; start it with that engine "
+                        f"configured (for Mesos: MESOS_MASTER set for tfcoord serve), or submit without "
+                        f"TFCOORD_ADDRESS to use an embedded coordinator"
+                    ),
+                )
+            )
             return
         peer.pending += 1
         self.apply(self._handlers[type(msg)](peer, msg, time.time()))
@@ -547,8 +617,11 @@ class CoordinatorServer:
             peer.fail(ErrorCode.PROTOCOL_ERROR, f"the first message must be hello, not {msg.op}")
             return
         if msg.version != m.PROTOCOL_VERSION:
-            peer.fail(ErrorCode.VERSION_MISMATCH, f"client speaks protocol version {msg.version}, this "
-                      f"coordinator {m.PROTOCOL_VERSION}; install matching tfcoord versions")  # fmt: skip
+            peer.fail(
+                ErrorCode.VERSION_MISMATCH,
+                f"client speaks protocol version {msg.version}, this "
+                f"coordinator {m.PROTOCOL_VERSION}; install matching tfcoord versions",
+            )
             return
         if msg.role == "node":
             if not msg.job:
@@ -561,9 +634,12 @@ class CoordinatorServer:
             what = "the coordinator secret"
         if not auth.verify(auth.client_proof(key, peer.nonce, msg.role, msg.job), msg.proof):
             self.auth_failures += 1
-            peer.fail(ErrorCode.AUTH_FAILED, f"authentication failed for a {msg.role} connection: the proof "
-                      f"does not match {what}. Check the secret file (TFCOORD_SECRET_FILE)"
-                      + (", and that the token belongs to this job" if msg.role == "node" else ""))  # fmt: skip
+            peer.fail(
+                ErrorCode.AUTH_FAILED,
+                f"authentication failed for a {msg.role} connection: the proof "
+                f"does not match {what}. Check the secret file (TFCOORD_SECRET_FILE)"
+                + (", and that the token belongs to this job" if msg.role == "node" else ""),
+            )
             return
         if not peer.authenticated(msg.role, msg.job):
             return
@@ -586,8 +662,12 @@ class CoordinatorServer:
                 journaled = True
             else:
                 # One line per state change, the job (and node, state) also as fields for JSON logs.
-                log.info("job %s: %s", eff.job, eff.text,
-                         extra={"job": eff.job, "node": eff.node or None, "state": eff.state or None})  # fmt: skip
+                log.info(
+                    "job %s: %s",
+                    eff.job,
+                    eff.text,
+                    extra={"job": eff.job, "node": eff.node or None, "state": eff.state or None},
+                )
         for obs in self.observers:
             try:
                 obs.on_effects(event, effects)

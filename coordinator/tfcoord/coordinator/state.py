@@ -329,13 +329,22 @@ class Node:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "executor_id": self.executor_id, "attempt": self.attempt, "role": self.role,
-            "index": self.index, "state": self.state.value, "host": self.host,
-            "port": self.port, "gpus": list(self.gpus), "task_id": self.task_id,
-            "meta": dict(self.meta), "registered_at": self.registered_at,
-            "last_seen": self.last_seen, "ended_at": self.ended_at, "error": self.error,
+            "executor_id": self.executor_id,
+            "attempt": self.attempt,
+            "role": self.role,
+            "index": self.index,
+            "state": self.state.value,
+            "host": self.host,
+            "port": self.port,
+            "gpus": list(self.gpus),
+            "task_id": self.task_id,
+            "meta": dict(self.meta),
+            "registered_at": self.registered_at,
+            "last_seen": self.last_seen,
+            "ended_at": self.ended_at,
+            "error": self.error,
             "connected": self.conn is not None,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -530,20 +539,29 @@ class CoordinatorState:
         """A JSON-able snapshot of one job (raises KeyError if unknown)."""
         job = self.jobs[job_id]
         return {
-            "job": job.id, "name": job.spec.name, "engine": job.spec.engine,
-            "state": job.state.value, "version": job.version, "size": job.spec.size,
-            "roles": [[r, c] for r, c in job.spec.roles], "labels": dict(job.spec.labels),
-            "submitted_at": job.submitted_at, "ended_at": job.ended_at,
-            "error": job.error, "stop_reason": job.stop_reason, "reason": job.reason.value,
+            "job": job.id,
+            "name": job.spec.name,
+            "engine": job.spec.engine,
+            "state": job.state.value,
+            "version": job.version,
+            "size": job.spec.size,
+            "roles": [[r, c] for r, c in job.spec.roles],
+            "labels": dict(job.spec.labels),
+            "submitted_at": job.submitted_at,
+            "ended_at": job.ended_at,
+            "error": job.error,
+            "stop_reason": job.stop_reason,
+            "reason": job.reason.value,
             "registered": job.filled,
             "missing": [self._describe_missing(job, s) for s in job.missing()],
             "nodes": [n.snapshot() for n in job.nodes()],
             # Earlier attempts without their metadata: what they showed is of no use now,
             # and it is most of a node's size.
             "history": [{**n.snapshot(), "meta": {}} for s in job.slots for n in s.history],
-            "events": [[t, text] for t, text in job.events], "events_dropped": job.events_dropped,
+            "events": [[t, text] for t, text in job.events],
+            "events_dropped": job.events_dropped,
             "cluster": self.cluster_spec(job) if job.spec_blob is not None else None,
-        }  # fmt: skip
+        }
 
     def brief(self, job_id: str) -> dict[str, Any]:
         """A job's status without its nodes, history and timeline: the same keys for the
@@ -552,22 +570,39 @@ class CoordinatorState:
         job = self.jobs[job_id]
         shown = itertools.islice((s for s in job.slots if s.node is None), BRIEF_MISSING)
         return {
-            "job": job.id, "name": job.spec.name, "engine": job.spec.engine,
-            "state": job.state.value, "version": job.version, "size": job.spec.size,
-            "submitted_at": job.submitted_at, "ended_at": job.ended_at,
-            "error": job.error, "stop_reason": job.stop_reason, "reason": job.reason.value,
-            "registered": job.filled, "running": job.in_state.get(N.RUNNING, 0),
+            "job": job.id,
+            "name": job.spec.name,
+            "engine": job.spec.engine,
+            "state": job.state.value,
+            "version": job.version,
+            "size": job.spec.size,
+            "submitted_at": job.submitted_at,
+            "ended_at": job.ended_at,
+            "error": job.error,
+            "stop_reason": job.stop_reason,
+            "reason": job.reason.value,
+            "registered": job.filled,
+            "running": job.in_state.get(N.RUNNING, 0),
             "missing": [self._describe_missing(job, s) for s in shown],
-            "missing_count": job.spec.size - job.filled, "brief": True,
-        }  # fmt: skip
+            "missing_count": job.spec.size - job.filled,
+            "brief": True,
+        }
 
     def summary(self) -> list[dict[str, Any]]:
         return [
-            {"job": j.id, "name": j.spec.name, "engine": j.spec.engine, "state": j.state.value,
-             "size": j.spec.size, "registered": j.filled,
-             "submitted_at": j.submitted_at, "ended_at": j.ended_at, "error": j.error}
+            {
+                "job": j.id,
+                "name": j.spec.name,
+                "engine": j.spec.engine,
+                "state": j.state.value,
+                "size": j.spec.size,
+                "registered": j.filled,
+                "submitted_at": j.submitted_at,
+                "ended_at": j.ended_at,
+                "error": j.error,
+            }
             for j in self.jobs.values()
-        ]  # fmt: skip
+        ]
 
     @staticmethod
     def cluster_spec(job: Job) -> dict[str, list[str]]:
@@ -661,9 +696,14 @@ class CoordinatorState:
         return TIMELINE_BASE + TIMELINE_PER_SLOT * job.spec.size
 
     def _note(
-        self, job: Job, now: float, text: str, node: str = "", state: str = "",
+        self,
+        job: Job,
+        now: float,
+        text: str,
+        node: str = "",
+        state: str = "",
         reason: FailureReason = FailureReason.NONE,
-    ) -> None:  # fmt: skip
+    ) -> None:
         job.events.append((now, text))
         cap = self._timeline_cap(job)
         if len(job.events) > cap:
@@ -764,8 +804,11 @@ class CoordinatorState:
     def _job_or_error(self, job_id: str, waiter: Waiter | None) -> Job | None:
         job = self.jobs.get(job_id)
         if job is None:
-            self._error(waiter, ErrorCode.UNKNOWN_JOB, f"no job {job_id!r} on this coordinator; "
-                        "check the job id (tfcoord status lists them)")  # fmt: skip
+            self._error(
+                waiter,
+                ErrorCode.UNKNOWN_JOB,
+                f"no job {job_id!r} on this coordinator; check the job id (tfcoord status lists them)",
+            )
         return job
 
     def _set_job(self, job: Job, event: str, now: float) -> None:
@@ -818,8 +861,13 @@ class CoordinatorState:
             for g in node.gpus:
                 if self._gpu_owner.get((job.id, node.host, g)) == node.executor_id:
                     del self._gpu_owner[(job.id, node.host, g)]
-        self._note(job, now, f"{node.name} {new.value}" + (f": {detail}" if detail else ""),
-                   node=node.name, state=new.value)  # fmt: skip
+        self._note(
+            job,
+            now,
+            f"{node.name} {new.value}" + (f": {detail}" if detail else ""),
+            node=node.name,
+            state=new.value,
+        )
 
     @staticmethod
     def _tolerated(job: Job, node: Node) -> bool:
@@ -853,8 +901,9 @@ class CoordinatorState:
                 if first is last:
                     lines.append(f"{first.role}:{first.index} (executor {e0}): never registered")
                 else:
-                    lines.append(f"{first.role}:{first.index}-{last.index} (executors {e0}-{e1}): "
-                                 "never registered")  # fmt: skip
+                    lines.append(
+                        f"{first.role}:{first.index}-{last.index} (executors {e0}-{e1}): never registered"
+                    )
                 run.clear()
 
         for slot in job.missing():
@@ -870,8 +919,10 @@ class CoordinatorState:
         close_run()
         if len(lines) > MAX_MISSING_LINES:
             more = len(lines) - MAX_MISSING_LINES
-            lines = [*lines[:MAX_MISSING_LINES],
-                     f"... and {more} more (tfcoord status {job.id} lists every slot)"]  # fmt: skip
+            lines = [
+                *lines[:MAX_MISSING_LINES],
+                f"... and {more} more (tfcoord status {job.id} lists every slot)",
+            ]
         return lines
 
     def _describe_missing(self, job: Job, slot: Slot) -> str:
@@ -895,17 +946,26 @@ class CoordinatorState:
             if existing.spec == ev.spec:  # a driver resending after a reconnect
                 self._reply(ev.waiter, job=ev.job, state=existing.state.value, created=False)
             else:
-                self._error(ev.waiter, ErrorCode.JOB_EXISTS, f"job {ev.job!r} already exists with a "
-                            "different spec; pick another job id")  # fmt: skip
+                self._error(
+                    ev.waiter,
+                    ErrorCode.JOB_EXISTS,
+                    f"job {ev.job!r} already exists with a different spec; pick another job id",
+                )
             return
         job = Job(
-            id=ev.job, spec=ev.spec, submitted_at=ev.now,
+            id=ev.job,
+            spec=ev.spec,
+            submitted_at=ev.now,
             slots=[Slot(role, i) for role, i in ev.spec.slots()],
-        )  # fmt: skip
+        )
         self.jobs[ev.job] = job
         self._journal(SubmitJob(now=ev.now, job=ev.job, spec=ev.spec))
-        self._note(job, ev.now, f"submitted: {', '.join(f'{c} {r}' for r, c in ev.spec.roles)}",
-                   state=job.state.value)  # fmt: skip
+        self._note(
+            job,
+            ev.now,
+            f"submitted: {', '.join(f'{c} {r}' for r, c in ev.spec.roles)}",
+            state=job.state.value,
+        )
         self._timer(ev.now + ev.spec.reservation_timeout_s, ("reserve", job.id))
         self._reply(ev.waiter, job=ev.job, state=job.state.value, created=True)
 
@@ -926,8 +986,11 @@ class CoordinatorState:
         """A job that fails or stops before its cluster forms never will: say so to its waiters."""
         for w in self._job_waits(job.id, "cluster"):
             self._pop_wait(w)
-            self._error(w, ErrorCode.job_is(job.state),
-                        f"job {job.id} is {job.state.value}: {job.error or job.stop_reason}")  # fmt: skip
+            self._error(
+                w,
+                ErrorCode.job_is(job.state),
+                f"job {job.id} is {job.state.value}: {job.error or job.stop_reason}",
+            )
 
     def _refuse_node_waits(self, job: Job, node: Node, code: ErrorCode, message: str) -> None:
         for w in self._node_waits(job.id, "cluster", node.executor_id):
@@ -1003,10 +1066,12 @@ class CoordinatorState:
         self._journal(ev)
         lines = [f"  - {line}" for line in self._missing_lines(job)]
         self._fail_job(
-            job, ev.now, FailureReason.RESERVATION_TIMEOUT,
+            job,
+            ev.now,
+            FailureReason.RESERVATION_TIMEOUT,
             f"reservation timed out after {job.spec.reservation_timeout_s:g} s: "
             f"{job.spec.size - job.filled} of {job.spec.size} slots not filled:\n" + "\n".join(lines),
-        )  # fmt: skip
+        )
 
     # -- node level ---------------------------------------------------------------------
 
@@ -1024,12 +1089,19 @@ class CoordinatorState:
             return None
         node = self._node(job, executor_id)
         if node is None:
-            self._error(waiter, ErrorCode.NOT_REGISTERED, f"executor {executor_id} of job {job_id} is not "
-                        "registered; call register first")  # fmt: skip
+            self._error(
+                waiter,
+                ErrorCode.NOT_REGISTERED,
+                f"executor {executor_id} of job {job_id} is not registered; call register first",
+            )
             return None
         if node.attempt != attempt:
-            self._error(waiter, ErrorCode.STALE_ATTEMPT, f"executor {executor_id} of job {job_id} is now "
-                        f"attempt {node.attempt}; attempt {attempt} was superseded and must exit")  # fmt: skip
+            self._error(
+                waiter,
+                ErrorCode.STALE_ATTEMPT,
+                f"executor {executor_id} of job {job_id} is now "
+                f"attempt {node.attempt}; attempt {attempt} was superseded and must exit",
+            )
             return None
         return job, node
 
@@ -1039,13 +1111,20 @@ class CoordinatorState:
         if job is None:
             return
         if job.terminal or job.state == J.STOPPING:
-            self._error(ev.waiter, ErrorCode.job_is(job.state),
-                        f"job {job.id} is {job.state.value} and takes no registrations: "
-                        f"{job.error or job.stop_reason}")  # fmt: skip
+            self._error(
+                ev.waiter,
+                ErrorCode.job_is(job.state),
+                f"job {job.id} is {job.state.value} and takes no registrations: "
+                f"{job.error or job.stop_reason}",
+            )
             return
         if r.executor_id >= len(job.slots):
-            self._error(ev.waiter, ErrorCode.BAD_SLOT, f"executor {r.executor_id} is out of range: job {job.id} "
-                        f"has {len(job.slots)} slots (executors 0..{len(job.slots) - 1})")  # fmt: skip
+            self._error(
+                ev.waiter,
+                ErrorCode.BAD_SLOT,
+                f"executor {r.executor_id} is out of range: job {job.id} "
+                f"has {len(job.slots)} slots (executors 0..{len(job.slots) - 1})",
+            )
             return
         slot = job.slots[r.executor_id]
         cur = slot.node
@@ -1060,54 +1139,82 @@ class CoordinatorState:
                     self._reply(ev.waiter, **self._registration(job, cur))
                     return
                 if cur.live:
-                    self._error(ev.waiter, ErrorCode.DUPLICATE,
-                                f"slot {cur.name} of job {job.id} is already held by {cur.describe()}; "
-                                f"two live nodes claim executor {r.executor_id} (is the executor id unique? "
-                                "check that no other driver or application submits under this job id)")  # fmt: skip
+                    self._error(
+                        ev.waiter,
+                        ErrorCode.DUPLICATE,
+                        f"slot {cur.name} of job {job.id} is already held by {cur.describe()}; "
+                        f"two live nodes claim executor {r.executor_id} (is the executor id unique? "
+                        "check that no other driver or application submits under this job id)",
+                    )
                     return
-                self._error(ev.waiter, ErrorCode.ALREADY_TERMINAL, f"{cur.describe()} already ended "
-                            f"{cur.state.value}; a new attempt must use a higher attempt number")  # fmt: skip
+                self._error(
+                    ev.waiter,
+                    ErrorCode.ALREADY_TERMINAL,
+                    f"{cur.describe()} already ended "
+                    f"{cur.state.value}; a new attempt must use a higher attempt number",
+                )
                 return
             elif r.attempt < cur.attempt:
-                self._error(ev.waiter, ErrorCode.STALE_ATTEMPT, f"executor {r.executor_id} of job {job.id} is "
-                            f"already at attempt {cur.attempt}; attempt {r.attempt} must exit")  # fmt: skip
+                self._error(
+                    ev.waiter,
+                    ErrorCode.STALE_ATTEMPT,
+                    f"executor {r.executor_id} of job {job.id} is "
+                    f"already at attempt {cur.attempt}; attempt {r.attempt} must exit",
+                )
                 return
             elif job.state in (J.SUBMITTED, J.RESERVING) and self._holds(job, cur, ev.now):
                 # Only a holder that is gone (disconnected, lost, silent) may be replaced: a
                 # token holder must not take over a slot a live node is serving from.
-                self._error(ev.waiter, ErrorCode.SLOT_HELD,
-                            f"slot {cur.name} of job {job.id} is held by {cur.describe()}, which is "
-                            f"connected and heartbeating; attempt {r.attempt} may take it over only once "
-                            "that node has exited (its connection closed) or stopped heartbeating")  # fmt: skip
+                self._error(
+                    ev.waiter,
+                    ErrorCode.SLOT_HELD,
+                    f"slot {cur.name} of job {job.id} is held by {cur.describe()}, which is "
+                    f"connected and heartbeating; attempt {r.attempt} may take it over only once "
+                    "that node has exited (its connection closed) or stopped heartbeating",
+                )
                 return
             elif job.state not in (J.SUBMITTED, J.RESERVING):
                 # A TensorFlow cluster cannot change membership once its spec is out.
                 self._journal(RegisterNode(now=ev.now, req=r))
-                self._fail_job(job, ev.now, FailureReason.MEMBERSHIP_CHANGED,
-                               f"{cur.describe()} was restarted as attempt {r.attempt} on host {r.host} "
-                               "after the cluster was formed; a TensorFlow cluster cannot change "
-                               "membership, so the job fails (resubmit it)")  # fmt: skip
+                self._fail_job(
+                    job,
+                    ev.now,
+                    FailureReason.MEMBERSHIP_CHANGED,
+                    f"{cur.describe()} was restarted as attempt {r.attempt} on host {r.host} "
+                    "after the cluster was formed; a TensorFlow cluster cannot change "
+                    "membership, so the job fails (resubmit it)",
+                )
                 self._error(ev.waiter, ErrorCode.JOB_FAILED, job.error)
                 return
         newest = max((h.attempt for h in slot.history), default=-1)
         if cur is None and r.attempt < newest:
-            self._error(ev.waiter, ErrorCode.STALE_ATTEMPT, f"executor {r.executor_id} of job {job.id} already "
-                        f"had attempt {newest}; attempt {r.attempt} must exit")  # fmt: skip
+            self._error(
+                ev.waiter,
+                ErrorCode.STALE_ATTEMPT,
+                f"executor {r.executor_id} of job {job.id} already "
+                f"had attempt {newest}; attempt {r.attempt} must exit",
+            )
             return
         if slot.attempts >= MAX_ATTEMPTS_PER_SLOT and (cur is None or r.attempt != cur.attempt):
-            self._error(ev.waiter, ErrorCode.TOO_MANY_ATTEMPTS,
-                        f"slot {slot.role}:{slot.index} of job {job.id} was already taken by "
-                        f"{slot.attempts} attempts (at most {MAX_ATTEMPTS_PER_SLOT}); something restarts "
-                        "this task in a loop: look at its earlier errors (tfcoord status)")  # fmt: skip
+            self._error(
+                ev.waiter,
+                ErrorCode.TOO_MANY_ATTEMPTS,
+                f"slot {slot.role}:{slot.index} of job {job.id} was already taken by "
+                f"{slot.attempts} attempts (at most {MAX_ATTEMPTS_PER_SLOT}); something restarts "
+                "this task in a loop: look at its earlier errors (tfcoord status)",
+            )
             return
         gpu_clash = [(g, self._gpu_owner.get((job.id, r.host, g))) for g in r.gpus]
         gpu_clash = [(g, o) for g, o in gpu_clash if o is not None and o != r.executor_id]
         if gpu_clash:
             g, oe = gpu_clash[0]
-            self._error(ev.waiter, ErrorCode.GPU_CONFLICT,
-                        f"GPU {g} on host {r.host} is already claimed by executor {oe} of this job; "
-                        "give each node its own GPU (Spark: spark.task.resource.gpu.amount, "
-                        "or set CUDA_VISIBLE_DEVICES per executor)")  # fmt: skip
+            self._error(
+                ev.waiter,
+                ErrorCode.GPU_CONFLICT,
+                f"GPU {g} on host {r.host} is already claimed by executor {oe} of this job; "
+                "give each node its own GPU (Spark: spark.task.resource.gpu.amount, "
+                "or set CUDA_VISIBLE_DEVICES per executor)",
+            )
             return
         self._journal(RegisterNode(now=ev.now, req=r))
         if cur is not None:  # a newer attempt, or a replacement for a lost node
@@ -1125,10 +1232,18 @@ class CoordinatorState:
         slot.attempts += 1
         role, index = slot.role, slot.index
         node = Node(
-            executor_id=r.executor_id, attempt=r.attempt, role=role, index=index, host=r.host,
-            port=r.port, gpus=r.gpus, task_id=r.task_id, meta=dict(r.meta),
-            registered_at=ev.now, last_seen=ev.now,
-        )  # fmt: skip
+            executor_id=r.executor_id,
+            attempt=r.attempt,
+            role=role,
+            index=index,
+            host=r.host,
+            port=r.port,
+            gpus=r.gpus,
+            task_id=r.task_id,
+            meta=dict(r.meta),
+            registered_at=ev.now,
+            last_seen=ev.now,
+        )
         self._bind(job, node, ev.conn)
         if slot.node is None:
             job.filled += 1
@@ -1138,9 +1253,14 @@ class CoordinatorState:
             self._gpu_owner[(job.id, node.host, g)] = node.executor_id
         if job.state == J.SUBMITTED:
             self._set_job(job, "register", ev.now)
-        self._note(job, ev.now, f"{node.name} REGISTERED from {node.host}:{node.port}"
-                   + (f" (task {node.task_id})" if node.task_id else ""),
-                   node=node.name, state=node.state.value)  # fmt: skip
+        self._note(
+            job,
+            ev.now,
+            f"{node.name} REGISTERED from {node.host}:{node.port}"
+            + (f" (task {node.task_id})" if node.task_id else ""),
+            node=node.name,
+            state=node.state.value,
+        )
         self._arm_node(job, node)
         self._wake_stops(job, r.executor_id)  # a superseded attempt waiting for stop learns it now
         if job.filled == len(job.slots):
@@ -1162,8 +1282,14 @@ class CoordinatorState:
 
     @staticmethod
     def _registration(job: Job, node: Node) -> dict[str, Any]:
-        return {"job": job.id, "role": node.role, "index": node.index, "size": job.spec.size,
-                "heartbeat_timeout_s": job.spec.heartbeat_timeout_s, "state": job.state.value}  # fmt: skip
+        return {
+            "job": job.id,
+            "role": node.role,
+            "index": node.index,
+            "size": job.spec.size,
+            "heartbeat_timeout_s": job.spec.heartbeat_timeout_s,
+            "state": job.state.value,
+        }
 
     def _cluster_complete(self, job: Job, now: float) -> None:
         job.spec_blob = encode_spec(self.cluster_spec(job))  # once; every node gets these bytes
@@ -1180,8 +1306,12 @@ class CoordinatorState:
                     w, m.ClusterReply(id=w[1], role=holder.role, index=holder.index, spec=job.spec_blob)
                 )
             else:
-                self._error(w, ErrorCode.STALE_ATTEMPT, f"executor {wait.executor_id} attempt {wait.attempt} "
-                            "was replaced before the cluster formed")  # fmt: skip
+                self._error(
+                    w,
+                    ErrorCode.STALE_ATTEMPT,
+                    f"executor {wait.executor_id} attempt {wait.attempt} "
+                    "was replaced before the cluster formed",
+                )
 
     def _await_cluster(self, ev: AwaitClusterEvent) -> None:
         r = ev.req
@@ -1196,8 +1326,11 @@ class CoordinatorState:
                 m.ClusterReply(id=ev.waiter[1], role=node.role, index=node.index, spec=job.spec_blob),
             )
         elif job.terminal or job.state == J.STOPPING:
-            self._error(ev.waiter, ErrorCode.job_is(job.state),
-                        f"job {job.id} is {job.state.value}: {job.error or job.stop_reason}")  # fmt: skip
+            self._error(
+                ev.waiter,
+                ErrorCode.job_is(job.state),
+                f"job {job.id} is {job.state.value}: {job.error or job.stop_reason}",
+            )
         elif not node.live:
             self._error(ev.waiter, ErrorCode.node_is(node.state), f"{node.describe()} is {node.state.value}")
         else:
@@ -1218,12 +1351,18 @@ class CoordinatorState:
             if node.state == r.state:  # the same report resent: same answer
                 self._reply(ev.waiter, state=node.state.value, job_state=job.state.value)
             else:
-                self._error(ev.waiter, ErrorCode.ALREADY_TERMINAL,
-                            f"{node.describe()} is already {node.state.value}; it cannot become {r.state.value}")  # fmt: skip
+                self._error(
+                    ev.waiter,
+                    ErrorCode.ALREADY_TERMINAL,
+                    f"{node.describe()} is already {node.state.value}; it cannot become {r.state.value}",
+                )
             return
         if r.state == N.RUNNING and job.spec_blob is None:
-            self._error(ev.waiter, ErrorCode.NOT_READY, f"{node.describe()} cannot run before the cluster "
-                        "is complete; call await_cluster first")  # fmt: skip
+            self._error(
+                ev.waiter,
+                ErrorCode.NOT_READY,
+                f"{node.describe()} cannot run before the cluster is complete; call await_cluster first",
+            )
             return
         if r.state == N.RUNNING and node.state == N.RUNNING:
             if self._update_meta(job, node, r.meta):
@@ -1311,8 +1450,12 @@ class CoordinatorState:
             if self._update_meta(job, node, r.meta):
                 self._journal(HeartbeatNode(now=ev.now, req=r))
         elif node is None or node.attempt < r.attempt:
-            self._error(ev.waiter, ErrorCode.NOT_REGISTERED, f"executor {r.executor_id} attempt {r.attempt} "
-                        f"of job {job.id} is not registered; register first")  # fmt: skip
+            self._error(
+                ev.waiter,
+                ErrorCode.NOT_REGISTERED,
+                f"executor {r.executor_id} attempt {r.attempt} "
+                f"of job {job.id} is not registered; register first",
+            )
             return
         self._reply(ev.waiter, **self._stop_answer(job, node, r.attempt))
 
@@ -1464,8 +1607,10 @@ class CoordinatorState:
                         node.disconnected_at is not None
                         and ev.now >= node.disconnected_at + job.spec.reconnect_grace_s
                     ):
-                        reason = (f"connection lost and not re-established within "
-                                  f"{job.spec.reconnect_grace_s:g} s (process or host died?)")  # fmt: skip
+                        reason = (
+                            f"connection lost and not re-established within "
+                            f"{job.spec.reconnect_grace_s:g} s (process or host died?)"
+                        )
                     else:
                         reason = f"no heartbeat for {job.spec.heartbeat_timeout_s:g} s (process hung or host unreachable?)"
                     self._node_lost(
@@ -1482,8 +1627,11 @@ class CoordinatorState:
         job = self.jobs.get(wait.job)
         if wait.kind == "cluster" and job is not None:
             missing = "; ".join(self._missing_lines(job))
-            self._error(waiter, ErrorCode.TIMEOUT, f"cluster of job {job.id} not complete before the deadline; "
-                        f"still missing: {missing}")  # fmt: skip
+            self._error(
+                waiter,
+                ErrorCode.TIMEOUT,
+                f"cluster of job {job.id} not complete before the deadline; still missing: {missing}",
+            )
         elif wait.kind == "stop" and job is not None:
             self._reply(waiter, stop=False, reason="", job_state=job.state.value)
         elif wait.kind == "watch" and job is not None:

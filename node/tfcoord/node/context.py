@@ -42,8 +42,13 @@ class TFNodeContext:
         """What ``TFNode.DataFeed(ctx.mgr, ...)`` takes (TensorFlowOnSpark's TFManager): the feed server."""
         return self._feed
 
-    def get_data_feed(self, train_mode: bool = True, qname_in: str = "input", qname_out: str = "output",
-                      input_mapping: dict[str, str] | None = None) -> Any:  # fmt: skip
+    def get_data_feed(
+        self,
+        train_mode: bool = True,
+        qname_in: str = "input",
+        qname_out: str = "output",
+        input_mapping: dict[str, str] | None = None,
+    ) -> Any:
         """The data Spark feeds this node (``cluster.train`` / ``cluster.inference``).
 
         Returns a :class:`~tfcoord.node.datafeed.DataFeed`: ``next_batch(n)``,
@@ -91,8 +96,13 @@ class TFNodeContext:
 
         self.release_port()
         cluster = tf.train.ClusterSpec(self.cluster_spec)
-        server = tf.distribute.Server(cluster, job_name=self.job_name, task_index=self.task_index,
-                                      protocol="grpc+verbs" if rdma else "grpc", start=True)  # fmt: skip
+        server = tf.distribute.Server(
+            cluster,
+            job_name=self.job_name,
+            task_index=self.task_index,
+            protocol="grpc+verbs" if rdma else "grpc",
+            start=True,
+        )
         return cluster, server
 
     @property
@@ -106,8 +116,9 @@ class TFNodeContext:
             and not ({"chief", "master"} & set(self.cluster_spec))
         )
 
-    def export_saved_model(self, model: Any, export_dir: str, is_chief: bool | None = None,
-                           signatures: Any = None) -> None:  # fmt: skip
+    def export_saved_model(
+        self, model: Any, export_dir: str, is_chief: bool | None = None, signatures: Any = None
+    ) -> None:
         """Save ``model`` as a SavedModel in ``export_dir``, on the chief only.
 
         Other nodes save to a temporary directory that is then removed: under

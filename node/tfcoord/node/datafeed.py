@@ -83,8 +83,14 @@ class FeedServer:
             the coordinator to stop the job.
     """
 
-    def __init__(self, listener: socket.socket, token: bytes, job: str, node: str,
-                 on_terminate: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        listener: socket.socket,
+        token: bytes,
+        job: str,
+        node: str,
+        on_terminate: Callable[[str], None] | None = None,
+    ) -> None:
         self._listener = listener
         self._token = token
         self._job = job
@@ -155,8 +161,10 @@ class FeedServer:
         """Send the results of the last batch back to the feeders its records came from."""
         total = sum(k for _, k in segments)
         if len(results) != total:
-            raise ValueError(f"batch_results got {len(results)} results for a batch of {total} records: "
-                             "return exactly one result per record, in order")  # fmt: skip
+            raise ValueError(
+                f"batch_results got {len(results)} results for a batch of {total} records: "
+                "return exactly one result per record, in order"
+            )
         i = 0
         for pid, k in segments:
             chunk, i = results[i : i + k], i + k
@@ -263,8 +271,11 @@ class FeedServer:
                 return
             with self._cond:
                 if self._failed:
-                    early = fw.encode("error", code=ErrorCode.NODE_FAILED,
-                                      message=_tail(f"map_fun on {self.node} failed:\n{self._failed}"))  # fmt: skip
+                    early = fw.encode(
+                        "error",
+                        code=ErrorCode.NODE_FAILED,
+                        message=_tail(f"map_fun on {self.node} failed:\n{self._failed}"),
+                    )
                 elif self._stopped:
                     early = fw.encode("stop", reason=self._stopped)
                 else:
@@ -293,8 +304,11 @@ class FeedServer:
                     dropped = self.queue(conn.qname).drop(conn.pid)
                     self._cond.notify_all()
                 if dropped:
-                    log.warning("a feeder of %s left with %d records of its partition untaken; dropped",
-                                self.node, dropped)  # fmt: skip
+                    log.warning(
+                        "a feeder of %s left with %d records of its partition untaken; dropped",
+                        self.node,
+                        dropped,
+                    )
             f.close()  # the socket is closed only once its file is
             sock.close()
 
@@ -369,11 +383,15 @@ class FeedServer:
                     idle = now - self._progress_at.get(qname, now)
                     if idle < timeout:
                         continue
-                    what = (f"took no records from queue {qname!r} for {idle:.1f} s while {waiting} were waiting"
-                            if waiting else f"returned no results for {owed} records of queue {qname!r} "
-                            f"for {idle:.1f} s")  # fmt: skip
-                    message = (f"feed_timeout ({timeout:g} s): {self.node} {what}; is map_fun reading "
-                               f"ctx.get_data_feed(qname_in={qname!r}) until should_stop()?")  # fmt: skip
+                    what = (
+                        f"took no records from queue {qname!r} for {idle:.1f} s while {waiting} were waiting"
+                        if waiting
+                        else f"returned no results for {owed} records of queue {qname!r} for {idle:.1f} s"
+                    )
+                    message = (
+                        f"feed_timeout ({timeout:g} s): {self.node} {what}; is map_fun reading "
+                        f"ctx.get_data_feed(qname_in={qname!r}) until should_stop()?"
+                    )
                     frame = fw.encode("error", code=ErrorCode.FEED_TIMEOUT, message=message)
                     for c in conns:
                         q.drop(c.pid)
@@ -436,11 +454,19 @@ class DataFeed:
             ``{tensor_name: [values]}`` with columns taken in sorted column order.
     """
 
-    def __init__(self, server: FeedServer, train_mode: bool = True, qname_in: str = "input",
-                 qname_out: str = "output", input_mapping: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        server: FeedServer,
+        train_mode: bool = True,
+        qname_in: str = "input",
+        qname_out: str = "output",
+        input_mapping: Mapping[str, str] | None = None,
+    ) -> None:
         if not isinstance(server, FeedServer):
-            raise RuntimeError("this node has no data feed: start the cluster with input_mode=InputMode.SPARK "
-                               "and feed it with cluster.train() or cluster.inference()")  # fmt: skip
+            raise RuntimeError(
+                "this node has no data feed: start the cluster with input_mode=InputMode.SPARK "
+                "and feed it with cluster.train() or cluster.inference()"
+            )
         self.server = server
         self.train_mode = train_mode
         self.qname_in = qname_in

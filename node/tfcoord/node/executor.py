@@ -129,10 +129,17 @@ def _request_stop(spec: NodeSpec, reason: str, ssl_context: ssl.SSLContext | Non
 
 
 def _child(
-    spec: NodeSpec, ctx: TFNodeContext, env: dict[str, str], port: PortReservation, outcome, parent_released,
-    feed_sock: socket.socket | None = None, node: str = "", parent_pid: int = 0,
+    spec: NodeSpec,
+    ctx: TFNodeContext,
+    env: dict[str, str],
+    port: PortReservation,
+    outcome,
+    parent_released,
+    feed_sock: socket.socket | None = None,
+    node: str = "",
+    parent_pid: int = 0,
     ssl_context: ssl.SSLContext | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Runs in the forked child: the user's function; sends ("result", meta) or ("error", traceback)."""
     code = 0
     feed = None
@@ -146,8 +153,9 @@ def _child(
         if feed_sock is not None:
             from .datafeed import FeedServer
 
-            feed = FeedServer(feed_sock, spec.token, spec.job, node,
-                              lambda r: _request_stop(spec, r, ssl_context)).start()  # fmt: skip
+            feed = FeedServer(
+                feed_sock, spec.token, spec.job, node, lambda r: _request_stop(spec, r, ssl_context)
+            ).start()
             ctx._feed = feed
         # The port must be ours alone from here: wait until the parent closed its copy.
         parent_released.wait()
@@ -199,13 +207,18 @@ class ForkedFunction(Child):
         if self.spec.feed and self.role in feedwire.FEED_ROLES:
             # Bound and listening before we register, so a feeder that learns the address
             # can connect at once; map_fun's process inherits the socket and accepts.
-            self._feed_sock = socket.create_server(("", int(os.environ.get("TFCOORD_FEED_PORT", "0") or 0)),
-                                                   backlog=FEED_BACKLOG)  # fmt: skip
+            self._feed_sock = socket.create_server(
+                ("", int(os.environ.get("TFCOORD_FEED_PORT", "0") or 0)), backlog=FEED_BACKLOG
+            )
             self._feed_address = f"{host}:{self._feed_sock.getsockname()[1]}"
             meta[feedwire.FEED_META] = self._feed_address
         if self.spec.tensorboard and _tensorboard_role(self.spec, self.executor_id):
-            self._board = TensorBoard(self._logdir, host, int(os.environ.get("TENSORBOARD_PORT", "0") or 0),
-                                      on_url=lambda url: client.heartbeat(meta={TENSORBOARD_META: url}))  # fmt: skip
+            self._board = TensorBoard(
+                self._logdir,
+                host,
+                int(os.environ.get("TENSORBOARD_PORT", "0") or 0),
+                on_url=lambda url: client.heartbeat(meta={TENSORBOARD_META: url}),
+            )
             meta["tensorboard_pid"] = self._board.proc.pid
         return meta
 
@@ -220,17 +233,36 @@ class ForkedFunction(Child):
         self._node = launch.node
         env = {**launch.env, "TFCOORD_LOG_DIR": self._logdir}
         ctx = TFNodeContext(
-            executor_id=self.executor_id, job_name=info.role, task_index=info.index, cluster_spec=info.cluster,
-            num_workers=info.num_workers, defaultFS=spec.default_fs, working_dir=spec.working_dir,
-            port=launch.port.port, job_id=spec.job,
-        )  # fmt: skip
+            executor_id=self.executor_id,
+            job_name=info.role,
+            task_index=info.index,
+            cluster_spec=info.cluster,
+            num_workers=info.num_workers,
+            defaultFS=spec.default_fs,
+            working_dir=spec.working_dir,
+            port=launch.port.port,
+            job_id=spec.job,
+        )
         self._receive, send = self._fork.Pipe(duplex=False)
         released = self._fork.Event()
         # Forked from the supervisor's thread, which lives until the child is reaped: the
         # child's parent-death signal is tied to the forking thread (see pdeath).
-        self._proc = self._fork.Process(target=_child, daemon=False,
-                                        args=(spec, ctx, env, launch.port, send, released, self._feed_sock,
-                                              launch.node, os.getpid(), self.ssl_context))  # fmt: skip
+        self._proc = self._fork.Process(
+            target=_child,
+            daemon=False,
+            args=(
+                spec,
+                ctx,
+                env,
+                launch.port,
+                send,
+                released,
+                self._feed_sock,
+                launch.node,
+                os.getpid(),
+                self.ssl_context,
+            ),
+        )
         self._proc.start()
         launch.port.release()  # our copy; the child holds the port until map_fun starts
         if self._feed_sock is not None:
@@ -283,32 +315,53 @@ class ForkedFunction(Child):
             self._feed_sock.close()
 
 
-def supervisor_config(spec: NodeSpec, executor_id: int, attempt: int = 0, task_id: str = "",
-                      spark_resources: Any = None, ssl_context: ssl.SSLContext | None = None
-                      ) -> SupervisorConfig:  # fmt: skip
+def supervisor_config(
+    spec: NodeSpec,
+    executor_id: int,
+    attempt: int = 0,
+    task_id: str = "",
+    spark_resources: Any = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> SupervisorConfig:
     """How the supervisor runs node ``executor_id`` of a Spark job."""
     role, index = spec.slots[executor_id]
     num_gpus, required = _requested_gpus(spec.tf_args)
-    gpus = GpuRequest(count=num_gpus, require=required, spark_resources=spark_resources, lock_dir=lock_dir(),
-                      holder_name=f"job {spec.job} {role}:{index} (executor {executor_id})")  # fmt: skip
+    gpus = GpuRequest(
+        count=num_gpus,
+        require=required,
+        spark_resources=spark_resources,
+        lock_dir=lock_dir(),
+        holder_name=f"job {spec.job} {role}:{index} (executor {executor_id})",
+    )
     return SupervisorConfig(
-        address=spec.address, token=spec.token, job=spec.job, executor_id=executor_id, attempt=attempt,
-        task_id=task_id, port=int(os.environ.get("TENSORFLOW_PORT", "0") or 0), gpus=gpus,
-        heartbeat_interval_s=spec.heartbeat_interval_s, wait_timeout_s=spec.wait_timeout_s,
-        linger_roles=SERVING_ROLES, stop_grace_s=STOP_GRACE_S, ssl_context=ssl_context,
-    )  # fmt: skip
+        address=spec.address,
+        token=spec.token,
+        job=spec.job,
+        executor_id=executor_id,
+        attempt=attempt,
+        task_id=task_id,
+        port=int(os.environ.get("TENSORFLOW_PORT", "0") or 0),
+        gpus=gpus,
+        heartbeat_interval_s=spec.heartbeat_interval_s,
+        wait_timeout_s=spec.wait_timeout_s,
+        linger_roles=SERVING_ROLES,
+        stop_grace_s=STOP_GRACE_S,
+        ssl_context=ssl_context,
+    )
 
 
-def start_node(spec: NodeSpec, executor_id: int, attempt: int = 0, task_id: str = "",
-               spark_resources: Any = None) -> NodeSupervisor:  # fmt: skip
+def start_node(
+    spec: NodeSpec, executor_id: int, attempt: int = 0, task_id: str = "", spark_resources: Any = None
+) -> NodeSupervisor:
     """Start node ``executor_id`` of the job; returns once it is registered (see NodeSupervisor)."""
     child = ForkedFunction(spec, executor_id)
     cfg = supervisor_config(spec, executor_id, attempt, task_id, spark_resources, child.ssl_context)
     return NodeSupervisor(cfg, child).start()
 
 
-def run_node(spec: NodeSpec, executor_id: int, attempt: int = 0, task_id: str = "",
-             spark_resources: Any = None) -> None:  # fmt: skip
+def run_node(
+    spec: NodeSpec, executor_id: int, attempt: int = 0, task_id: str = "", spark_resources: Any = None
+) -> None:
     """Be node ``executor_id`` of the job until it ends; raise NodeFailed if this node failed."""
     role, index = spec.slots[executor_id]
     try:

@@ -41,13 +41,22 @@ class FeedPlan:
         return self.targets[fw.assign(partition, len(self.targets))]
 
 
-def _handshake(sock: socket.socket, f: Any, plan: FeedPlan, target: FeedTarget, kind: str,
-               **fields: Any) -> dict[str, Any]:  # fmt: skip
+def _handshake(
+    sock: socket.socket, f: Any, plan: FeedPlan, target: FeedTarget, kind: str, **fields: Any
+) -> dict[str, Any]:
     challenge = fw.read_frame(f)
     if challenge is None or challenge["op"] != "challenge" or not isinstance(challenge.get("nonce"), bytes):
         raise fw.FeedError(f"{target.node} at {target.address} did not answer like a tfcoord feed port")
-    sock.sendall(fw.encode("hello", version=fw.FEED_VERSION, job=plan.job, kind=kind,
-                           proof=fw.feed_proof(plan.token, challenge["nonce"], plan.job), **fields))  # fmt: skip
+    sock.sendall(
+        fw.encode(
+            "hello",
+            version=fw.FEED_VERSION,
+            job=plan.job,
+            kind=kind,
+            proof=fw.feed_proof(plan.token, challenge["nonce"], plan.job),
+            **fields,
+        )
+    )
     reply = fw.read_frame(f)
     if reply is None:
         raise fw.FeedError(
@@ -64,8 +73,10 @@ def _open(target: FeedTarget) -> tuple[socket.socket, Any]:
     try:
         sock = fw.connect(target.address)
     except OSError as e:
-        raise fw.FeedError(f"cannot reach the feed port of {target.node} at {target.address}: {e}; "
-                           "the node has ended or failed (see the job's status)") from None  # fmt: skip
+        raise fw.FeedError(
+            f"cannot reach the feed port of {target.node} at {target.address}: {e}; "
+            "the node has ended or failed (see the job's status)"
+        ) from None
     return sock, sock.makefile("rb", buffering=1 << 16)
 
 
@@ -89,25 +100,40 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
         try:
             frame = fw.read_frame(f)
         except TimeoutError:
-            raise fw.FeedError(f"no word from {target.node}'s feed port at {target.address} (queue "
-                               f"{plan.qname!r}) for {silence_s:g} s: is the node still running?") from None  # fmt: skip
+            raise fw.FeedError(
+                f"no word from {target.node}'s feed port at {target.address} (queue "
+                f"{plan.qname!r}) for {silence_s:g} s: is the node still running?"
+            ) from None
         except OSError as e:
             raise fw.FeedError(
                 f"lost the feed connection to {target.node} at {target.address}: {e}"
             ) from None
         if frame is None:
-            raise fw.FeedError(f"{target.node} closed the feed connection of queue {plan.qname!r} before the "
-                               "partition was consumed (its map_fun ended?)")  # fmt: skip
+            raise fw.FeedError(
+                f"{target.node} closed the feed connection of queue {plan.qname!r} before the "
+                "partition was consumed (its map_fun ended?)"
+            )
         return state.handle(frame)
 
     try:
         sock.settimeout(fw.CONNECT_TIMEOUT_S)
         try:
-            welcome = _handshake(sock, f, plan, target, "feed", partition=partition, qname=plan.qname,
-                                 train=plan.train, feed_timeout_s=float(plan.feed_timeout_s))  # fmt: skip
+            welcome = _handshake(
+                sock,
+                f,
+                plan,
+                target,
+                "feed",
+                partition=partition,
+                qname=plan.qname,
+                train=plan.train,
+                feed_timeout_s=float(plan.feed_timeout_s),
+            )
         except OSError as e:  # accepted by the kernel, but the node's process ended meanwhile
-            raise fw.FeedError(f"{target.node} at {target.address} dropped the feed connection: {e}; "
-                               "the node has ended or failed (see the job's status)") from None  # fmt: skip
+            raise fw.FeedError(
+                f"{target.node} at {target.address} dropped the feed connection: {e}; "
+                "the node has ended or failed (see the job's status)"
+            ) from None
         if welcome["op"] == "stop":
             state.handle(welcome)
         else:
@@ -138,8 +164,10 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
         while not state.finished:
             yield from receive()
         if state.stopped and not plan.train:
-            raise fw.FeedStopped(f"{target.node} stopped taking data ({state.stopped}) before every result of "
-                                 f"the partition came back")  # fmt: skip
+            raise fw.FeedStopped(
+                f"{target.node} stopped taking data ({state.stopped}) before every result of "
+                f"the partition came back"
+            )
     finally:
         f.close()  # the socket is closed only once its file is
         sock.close()

@@ -75,8 +75,11 @@ class GpuClaim:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
             fd = os.open(_path(self.directory, uuid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as e:
-            raise ClaimError(e.errno, f"cannot claim GPU {uuid} in {self.directory}: {e.strerror}; set "
-                             f"{LOCK_DIR_ENV} to a directory every node on this host can write") from e  # fmt: skip
+            raise ClaimError(
+                e.errno,
+                f"cannot claim GPU {uuid} in {self.directory}: {e.strerror}; set "
+                f"{LOCK_DIR_ENV} to a directory every node on this host can write",
+            ) from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

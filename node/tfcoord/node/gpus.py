@@ -230,9 +230,11 @@ def free_gpus(
 
 
 def describe(
-    gpus: Sequence[GpuInfo], apps: Sequence[ComputeApp], free_memory_fraction: float,
+    gpus: Sequence[GpuInfo],
+    apps: Sequence[ComputeApp],
+    free_memory_fraction: float,
     claimed: Mapping[str, str] | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """One line per GPU saying whether it is free and, if not, what holds it.
 
     ``claimed`` maps the UUIDs another node on this host has claimed to what its lock
@@ -415,8 +417,14 @@ def select_gpus(
                 tuple(str(g.index) for g in chosen), tuple(g.uuid for g in chosen), "nvidia-smi", claim
             )
         if attempt < attempts:
-            log.info("%d of %d GPU(s) free (attempt %d/%d); retrying in %g s",
-                     len(chosen), num_gpus, attempt, attempts, delay_s)  # fmt: skip
+            log.info(
+                "%d of %d GPU(s) free (attempt %d/%d); retrying in %g s",
+                len(chosen),
+                num_gpus,
+                attempt,
+                attempts,
+                delay_s,
+            )
             sleep(delay_s)
     raise GpuUnavailable(
         f"{num_gpus} free GPU(s) wanted, {len(chosen)} found after {attempts} attempt(s) {delay_s:g} s apart "
@@ -454,8 +462,9 @@ def _claim_some(
     return chosen, claimed
 
 
-def _granted(ids: tuple[str, ...], uuids: tuple[str, ...], source: str, lock_dir: str | None,
-             holder_name: str) -> GpuSelection:  # fmt: skip
+def _granted(
+    ids: tuple[str, ...], uuids: tuple[str, ...], source: str, lock_dir: str | None, holder_name: str
+) -> GpuSelection:
     """GPUs a scheduler granted: used whatever happens, claimed where we can (see select_gpus)."""
     claim = None
     if lock_dir is not None:
@@ -463,8 +472,13 @@ def _granted(ids: tuple[str, ...], uuids: tuple[str, ...], source: str, lock_dir
         try:
             for uuid in uuids:
                 if not claim.try_claim(uuid, holder_name):
-                    log.warning("GPU %s, granted by %s, is claimed by another process on this host (%s); "
-                                "using it anyway", uuid, source, holder(lock_dir, uuid))  # fmt: skip
+                    log.warning(
+                        "GPU %s, granted by %s, is claimed by another process on this host (%s); "
+                        "using it anyway",
+                        uuid,
+                        source,
+                        holder(lock_dir, uuid),
+                    )
         except ClaimError as e:
             log.warning("cannot claim the GPUs %s granted: %s", source, e)
     return GpuSelection(ids, uuids, source, claim)

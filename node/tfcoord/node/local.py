@@ -58,18 +58,38 @@ def run_local(
     try:
         for executor_id, (role, index) in enumerate(spec.slots()):
             p = subprocess.Popen(
-                [sys.executable, "-m", "tfcoord.node", "--address", driver.address, "--job", job,
-                 "--executor-id", str(executor_id), "--host", "127.0.0.1", "--", *command],
-                env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "tfcoord.node",
+                    "--address",
+                    driver.address,
+                    "--job",
+                    job,
+                    "--executor-id",
+                    str(executor_id),
+                    "--host",
+                    "127.0.0.1",
+                    "--",
+                    *command,
+                ],
+                env=node_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
             procs.append(p)
             t = threading.Thread(
                 target=_pump, args=(p.stdout, f"[{role}:{index}] ".encode(), out, lock), daemon=True
             )
             t.start()
             pumps.append(t)
-        watch_until(driver, job, timeout_s=spec.reservation_timeout_s + FOREVER_S, brief=True,
-                    on_change=ProgressLines(emit))  # fmt: skip
+        watch_until(
+            driver,
+            job,
+            timeout_s=spec.reservation_timeout_s + FOREVER_S,
+            brief=True,
+            on_change=ProgressLines(emit),
+        )
         status = driver.status(job)
         if status.state != JobState.SUCCEEDED:  # say why at once; stopping the nodes may take seconds
             emit(status.why)

@@ -35,8 +35,11 @@ class PortReservation:
         except OSError as e:
             self._sock.close()
             self._sock = None
-            raise OSError(e.errno, f"cannot reserve port {port} on {host or 'all interfaces'}: "
-                          f"{e.strerror} (is TENSORFLOW_PORT already in use?)") from e  # fmt: skip
+            raise OSError(
+                e.errno,
+                f"cannot reserve port {port} on {host or 'all interfaces'}: "
+                f"{e.strerror} (is TENSORFLOW_PORT already in use?)",
+            ) from e
         self.port: int = self._sock.getsockname()[1]
 
     @property

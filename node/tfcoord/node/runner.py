@@ -136,8 +136,11 @@ class Command(Child):
 
     def soft_stop(self, reason: str) -> bool:
         if self.alive():
-            print(f"tfcoord: stopping: {reason.splitlines()[0] if reason else 'stop requested'}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"tfcoord: stopping: {reason.splitlines()[0] if reason else 'stop requested'}",
+                file=sys.stderr,
+                flush=True,
+            )
         return False
 
 
@@ -176,16 +179,25 @@ def run_node(cfg: NodeConfig) -> int:
     child = ServerCommand(cfg.extra_env) if cfg.server_mode else Command(cfg.command, cfg.extra_env)
     sup = NodeSupervisor(
         SupervisorConfig(
-            address=cfg.address, token=cfg.token, job=cfg.job, executor_id=cfg.executor_id,
-            attempt=cfg.attempt, task_id=cfg.task_id, host=cfg.host, port=cfg.port,
+            address=cfg.address,
+            token=cfg.token,
+            job=cfg.job,
+            executor_id=cfg.executor_id,
+            attempt=cfg.attempt,
+            task_id=cfg.task_id,
+            host=cfg.host,
+            port=cfg.port,
             # An explicit port (TENSORFLOW_PORT) is one a scheduler granted this node: a Mesos offer's.
             port_granted=cfg.port != 0,
             # GPUs granted to this task (a Mesos offer) are used whole; otherwise the CPU.
-            gpus=GpuRequest(mesos_gpus=cfg.gpus), heartbeat_interval_s=cfg.heartbeat_interval_s,
-            wait_timeout_s=cfg.wait_timeout_s, stop_grace_s=STOP_GRACE_S, ssl_context=cfg.ssl_context,
+            gpus=GpuRequest(mesos_gpus=cfg.gpus),
+            heartbeat_interval_s=cfg.heartbeat_interval_s,
+            wait_timeout_s=cfg.wait_timeout_s,
+            stop_grace_s=STOP_GRACE_S,
+            ssl_context=cfg.ssl_context,
         ),
         child,
-    )  # fmt: skip
+    )
     try:
         return sup.run().exit_code
     except TfcoordError as e:

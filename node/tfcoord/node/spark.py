@@ -69,14 +69,18 @@ def _coordinator(sc: Any, address: str | None, secret: bytes | None, tls: TlsFil
         if secret is None:
             path = os.environ.get("TFCOORD_SECRET_FILE")
             if not path:
-                raise ValueError("TFCOORD_ADDRESS is set but TFCOORD_SECRET_FILE is not; set both, or neither "
-                                 "to use an embedded coordinator")  # fmt: skip
+                raise ValueError(
+                    "TFCOORD_ADDRESS is set but TFCOORD_SECRET_FILE is not; set both, or neither "
+                    "to use an embedded coordinator"
+                )
             secret = auth.read_secret(path)
         # A driver program configured like the CLI (TFCOORD_TLS_*) reaches the coordinator like it.
         return address, secret, tls or TlsFiles.from_env(os.environ), None
     if tls is not None:
-        raise ValueError("tls= is for a running coordinator that serves TLS: give its address too "
-                         "(coordinator= or TFCOORD_ADDRESS); the embedded coordinator speaks plain TCP")  # fmt: skip
+        raise ValueError(
+            "tls= is for a running coordinator that serves TLS: give its address too "
+            "(coordinator= or TFCOORD_ADDRESS); the embedded coordinator speaks plain TCP"
+        )
     from tfcoord.coordinator.embedded import start_embedded
 
     host = next((os.environ[e] for e in SERVER_HOST_ENVS if os.environ.get(e)), None)
@@ -90,12 +94,27 @@ def _default_fs(sc: Any) -> str:
     return fs[:-1] if fs.startswith("file://") and len(fs) > 7 and fs.endswith("/") else fs
 
 
-def run(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, num_ps: int, tensorboard: bool = False,
-        input_mode: int = InputMode.TENSORFLOW, log_dir: str | None = None, driver_ps_nodes: bool = False,
-        master_node: str | None = None, reservation_timeout: float = 600,
-        queues: Any = ("input", "output", "error"), eval_node: bool = False, release_port: bool = True,
-        *, coordinator: str | None = None, secret: bytes | None = None, name: str = "",
-        tls: TlsFiles | None = None) -> SparkCluster:  # fmt: skip
+def run(
+    sc: Any,
+    map_fun: Any,
+    tf_args: Any,
+    num_executors: int,
+    num_ps: int,
+    tensorboard: bool = False,
+    input_mode: int = InputMode.TENSORFLOW,
+    log_dir: str | None = None,
+    driver_ps_nodes: bool = False,
+    master_node: str | None = None,
+    reservation_timeout: float = 600,
+    queues: Any = ("input", "output", "error"),
+    eval_node: bool = False,
+    release_port: bool = True,
+    *,
+    coordinator: str | None = None,
+    secret: bytes | None = None,
+    name: str = "",
+    tls: TlsFiles | None = None,
+) -> SparkCluster:
     """Start a TensorFlow cluster on Spark executors and run ``map_fun(tf_args, ctx)`` on each.
 
     Returns once every node holds the cluster spec.
@@ -119,25 +138,44 @@ def run(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, num_ps: int, te
         raise ValueError(f"num_executors must be >= 1 and num_ps >= 0 (got {num_executors}, {num_ps})")
     num_workers = num_executors - num_ps - (1 if master_node else 0) - (1 if eval_node else 0)
     if num_workers < 0:
-        raise ValueError(f"num_executors={num_executors} leaves no room for {num_ps} ps"
-                         + (f", a {master_node}" if master_node else "") + (", an evaluator" if eval_node else "")
-                         + "; raise num_executors")  # fmt: skip
+        raise ValueError(
+            f"num_executors={num_executors} leaves no room for {num_ps} ps"
+            + (f", a {master_node}" if master_node else "")
+            + (", an evaluator" if eval_node else "")
+            + "; raise num_executors"
+        )
     if num_workers == 0 and not master_node:
-        raise ValueError("the cluster needs at least one worker or a chief/master: raise num_executors "
-                         "or lower num_ps")  # fmt: skip
+        raise ValueError(
+            "the cluster needs at least one worker or a chief/master: raise num_executors or lower num_ps"
+        )
     roles = make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
-    spec = JobSpec(roles=roles, reservation_timeout_s=float(reservation_timeout), engine="spark",
-                   name=name or sc.appName, labels={"spark_app_id": sc.applicationId})  # fmt: skip
+    spec = JobSpec(
+        roles=roles,
+        reservation_timeout_s=float(reservation_timeout),
+        engine="spark",
+        name=name or sc.appName,
+        labels={"spark_app_id": sc.applicationId},
+    )
     address, key, tls, embedded = _coordinator(sc, coordinator, secret, tls)
     driver = DriverClient(address, key, ssl_context=tls.context() if tls is not None else None).connect()
     try:
         job = driver.submit(spec)
         node = NodeSpec(
-            address=address, token=driver.job_token(job), job=job, map_fun=map_fun, tf_args=tf_args,
-            slots=tuple(spec.slots()), tensorboard=tensorboard, log_dir=log_dir, release_port=release_port,
-            default_fs=_default_fs(sc), working_dir=os.getcwd(), wait_timeout_s=float(reservation_timeout) + 60,
-            feed=input_mode == InputMode.SPARK, tls=tls,
-        )  # fmt: skip
+            address=address,
+            token=driver.job_token(job),
+            job=job,
+            map_fun=map_fun,
+            tf_args=tf_args,
+            slots=tuple(spec.slots()),
+            tensorboard=tensorboard,
+            log_dir=log_dir,
+            release_port=release_port,
+            default_fs=_default_fs(sc),
+            working_dir=os.getcwd(),
+            wait_timeout_s=float(reservation_timeout) + 60,
+            feed=input_mode == InputMode.SPARK,
+            tls=tls,
+        )
         cluster = SparkCluster(sc, driver, job, spec, node, embedded, input_mode, tensorboard)
     except BaseException:
         driver.close()
@@ -158,8 +196,17 @@ def run(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, num_ps: int, te
 class SparkCluster:
     """A running TensorFlow cluster on Spark (TensorFlowOnSpark's ``TFCluster``)."""
 
-    def __init__(self, sc: Any, driver: DriverClient, job: str, spec: JobSpec, node: NodeSpec, embedded: Any,
-                 input_mode: int, tensorboard: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        sc: Any,
+        driver: DriverClient,
+        job: str,
+        spec: JobSpec,
+        node: NodeSpec,
+        embedded: Any,
+        input_mode: int,
+        tensorboard: bool,
+    ) -> None:
         self.sc = sc
         self.driver = driver
         self.job = job
@@ -219,8 +266,9 @@ class SparkCluster:
             return st.state in FORMED_JOB or st.terminal or st.state == JobState.STOPPING
 
         progress = ProgressLines(lambda line: log.info("%s", line))
-        st = watch_until(self.driver, self.job, settled, timeout_s=self.spec.reservation_timeout_s + 60,
-                         on_change=progress)  # fmt: skip
+        st = watch_until(
+            self.driver, self.job, settled, timeout_s=self.spec.reservation_timeout_s + 60, on_change=progress
+        )
         if not settled(st):
             raise JobFailed(self.job, f"job {self.job} is still {st.state} after the reservation timeout", st)
         self.status = st
@@ -293,8 +341,11 @@ class SparkCluster:
                 self._end_feed()
                 st = self._wait_until(ended, grace_secs)
                 if not st.terminal:
-                    self.driver.stop(self.job, f"shutdown: the nodes were still running {grace_secs:g} s "
-                                     "(grace_secs) after the feed ended")  # fmt: skip
+                    self.driver.stop(
+                        self.job,
+                        f"shutdown: the nodes were still running {grace_secs:g} s "
+                        "(grace_secs) after the feed ended",
+                    )
             st = self.driver.await_job(self.job, timeout_s=wait_s, raise_on_failure=False)
             for t in self._threads:  # ps/evaluator tasks end once told to stop
                 t.join(timeout=60)
@@ -307,8 +358,13 @@ class SparkCluster:
             late = [n for n in st.nodes if n.state == NodeState.FAILED]
             if late:
                 n = late[0]
-                raise JobFailed(self.job, f"job {self.job}: {n.name} (executor {n.executor_id}, host {n.host}) "
-                                f"failed late:\n{n.error}", st, FailureReason.NODE_FAILED)  # fmt: skip
+                raise JobFailed(
+                    self.job,
+                    f"job {self.job}: {n.name} (executor {n.executor_id}, host {n.host}) "
+                    f"failed late:\n{n.error}",
+                    st,
+                    FailureReason.NODE_FAILED,
+                )
             if st.state == JobState.STOPPED and self.spark_error is not None:
                 raise self._failure(st)
             return st
@@ -436,8 +492,13 @@ class SparkCluster:
         try:
             st = self.driver.status(self.job)
             if "FeedTimeout" not in summary:  # a node failure reaches the coordinator a moment later
-                st = watch_until(self.driver, self.job, lambda st: st.state not in FEEDING_STATES,
-                                 timeout_s=FEED_FAILURE_SETTLE_S, since=st)  # fmt: skip
+                st = watch_until(
+                    self.driver,
+                    self.job,
+                    lambda st: st.state not in FEEDING_STATES,
+                    timeout_s=FEED_FAILURE_SETTLE_S,
+                    since=st,
+                )
         except TfcoordError:
             pass
         if st is not None and st.state == JobState.FAILED:
@@ -558,12 +619,19 @@ def parallel(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, use_barrie
         tc = TaskContext.get()
         where = f"host {socket.gethostname()}" + (
             f", stage {tc.stageId()} partition {tc.partitionId()} TID {tc.taskAttemptId()} "
-            f"attempt {tc.attemptNumber()}" if tc else ""
-        )  # fmt: skip
+            f"attempt {tc.attemptNumber()}"
+            if tc
+            else ""
+        )
         num_gpus, required = _requested(tf_args)
         # Claimed while map_fun runs, so two tasks on one host never share a GPU.
-        gpus = select_gpus(num_gpus, spark_resources=tc.resources() if tc else None, require=required,
-                           lock_dir=lock_dir(), holder_name=f"parallel task {executor_id}")  # fmt: skip
+        gpus = select_gpus(
+            num_gpus,
+            spark_resources=tc.resources() if tc else None,
+            require=required,
+            lock_dir=lock_dir(),
+            holder_name=f"parallel task {executor_id}",
+        )
         try:
             os.environ.update(gpus.env())
             os.environ.pop("TF_CONFIG", None)  # independent: no cluster to join
@@ -601,8 +669,15 @@ def _requested(tf_args: Any) -> tuple[int, bool]:
 def _single_context(executor_id: int, num_workers: int, default_fs: str, working_dir: str):
     from .context import TFNodeContext
 
-    return TFNodeContext(executor_id=executor_id, job_name="worker", task_index=0, cluster_spec={},
-                         num_workers=num_workers, defaultFS=default_fs, working_dir=working_dir)  # fmt: skip
+    return TFNodeContext(
+        executor_id=executor_id,
+        job_name="worker",
+        task_index=0,
+        cluster_spec={},
+        num_workers=num_workers,
+        defaultFS=default_fs,
+        working_dir=working_dir,
+    )
 
 
 class _Started:
@@ -628,13 +703,26 @@ def _submit_args(master: str, name: str, settings: dict[str, str]) -> str:
 
 
 def submit_script(
-    master: str, script: str, argv: list[str], *, num_executors: int, num_ps: int = 0,
-    tensorboard: bool = False, log_dir: str | None = None, conf: dict[str, str] | None = None,
-    executor_cores: int = 1, executor_memory: str = "1g", reservation_timeout: float = 600,
-    master_node: str | None = None, eval_node: bool = False, name: str = "",
-    emit: Any = print, coordinator: str | None = None, secret: bytes | None = None,
+    master: str,
+    script: str,
+    argv: list[str],
+    *,
+    num_executors: int,
+    num_ps: int = 0,
+    tensorboard: bool = False,
+    log_dir: str | None = None,
+    conf: dict[str, str] | None = None,
+    executor_cores: int = 1,
+    executor_memory: str = "1g",
+    reservation_timeout: float = 600,
+    master_node: str | None = None,
+    eval_node: bool = False,
+    name: str = "",
+    emit: Any = print,
+    coordinator: str | None = None,
+    secret: bytes | None = None,
     tls: TlsFiles | None = None,
-) -> JobStatus | None:  # fmt: skip
+) -> JobStatus | None:
     """What ``tfcoord submit --engine spark`` does: a Spark application running ``script``.
 
     The script runs as ``__main__`` with ``argv``, the way ``spark-submit`` runs it: a
@@ -705,9 +793,22 @@ def submit_script(
         sc = SparkContext.getOrCreate(sc_conf)
         sc.setLogLevel("ERROR")
         emit(f"Spark application {sc.applicationId} on {master}")
-        cluster = run(sc, main_fun, argv, num_executors, num_ps, tensorboard=tensorboard, log_dir=log_dir,
-                      reservation_timeout=reservation_timeout, master_node=master_node, eval_node=eval_node,
-                      coordinator=coordinator, secret=secret, name=name, tls=tls)  # fmt: skip
+        cluster = run(
+            sc,
+            main_fun,
+            argv,
+            num_executors,
+            num_ps,
+            tensorboard=tensorboard,
+            log_dir=log_dir,
+            reservation_timeout=reservation_timeout,
+            master_node=master_node,
+            eval_node=eval_node,
+            coordinator=coordinator,
+            secret=secret,
+            name=name,
+            tls=tls,
+        )
         if tensorboard:
             emit(f"TensorBoard: {cluster.tensorboard_url() or 'did not start (is tensorboard installed?)'}")
         cluster.follow(emit)  # "running", then each node's end; the outcome comes from shutdown

@@ -112,19 +112,43 @@ class LocalSparkCluster:
         spark_class = str(spark_home() / "bin" / "spark-class")
         port, ui = _free_port(), _free_port()
         master = _Daemon(
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-             "--port", str(port), "--webui-port", str(ui)],
-            env, re.compile(r"Starting Spark master at (spark://\S+)"), "master",
-        )  # fmt: skip
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui),
+            ],
+            env,
+            re.compile(r"Starting Spark master at (spark://\S+)"),
+            "master",
+        )
         self._daemons.append(master)
         try:
             self.master_url = master.wait(START_TIMEOUT_S).group(1)
             worker = _Daemon(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url,
-                 "--cores", str(self.cores), "--memory", f"{self.memory_mb}M", "--host", "127.0.0.1",
-                 "--webui-port", str(_free_port()), "--work-dir", self._workdir],
-                env, re.compile(r"Successfully registered with master"), "worker",
-            )  # fmt: skip
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.worker.Worker",
+                    self.master_url,
+                    "--cores",
+                    str(self.cores),
+                    "--memory",
+                    f"{self.memory_mb}M",
+                    "--host",
+                    "127.0.0.1",
+                    "--webui-port",
+                    str(_free_port()),
+                    "--work-dir",
+                    self._workdir,
+                ],
+                env,
+                re.compile(r"Successfully registered with master"),
+                "worker",
+            )
             self._daemons.append(worker)
             worker.wait(START_TIMEOUT_S)
         except BaseException:

@@ -142,9 +142,13 @@ class GpuRequest:
 
     def select(self) -> GpuSelection:
         return select_gpus(
-            self.count, spark_resources=self.spark_resources, mesos_gpus=list(self.mesos_gpus) or None,
-            require=self.require, lock_dir=self.lock_dir, holder_name=self.holder_name,
-        )  # fmt: skip
+            self.count,
+            spark_resources=self.spark_resources,
+            mesos_gpus=list(self.mesos_gpus) or None,
+            require=self.require,
+            lock_dir=self.lock_dir,
+            holder_name=self.holder_name,
+        )
 
 
 @dataclass(frozen=True)
@@ -307,8 +311,9 @@ class NodeSupervisor:
         gpus = CPU
         try:
             gpus = cfg.gpus.select()
-            client = NodeClient(cfg.address, cfg.token, cfg.job, cfg.executor_id, cfg.attempt,
-                                ssl_context=cfg.ssl_context).connect()  # fmt: skip
+            client = NodeClient(
+                cfg.address, cfg.token, cfg.job, cfg.executor_id, cfg.attempt, ssl_context=cfg.ssl_context
+            ).connect()
         except BaseException:
             gpus.release()
             port.release()
@@ -347,9 +352,12 @@ class NodeSupervisor:
         info = client.await_cluster(cfg.wait_timeout_s)
         self.child.before_launch(info)
         env = {
-            "TF_CONFIG": info.tf_config_json(), **gpus.env(),
-            "TFCOORD_JOB": cfg.job, "TFCOORD_ROLE": info.role, "TFCOORD_TASK_INDEX": str(info.index),
-        }  # fmt: skip
+            "TF_CONFIG": info.tf_config_json(),
+            **gpus.env(),
+            "TFCOORD_JOB": cfg.job,
+            "TFCOORD_ROLE": info.role,
+            "TFCOORD_TASK_INDEX": str(info.index),
+        }
         with self._lock:
             if self._stopping(client):
                 return self._report(client, STOPPED, info)
@@ -375,8 +383,16 @@ class NodeSupervisor:
     def _stopping(self, client: NodeClient) -> bool:
         return self._stop.is_set() or client.should_stop()
 
-    def _report(self, client: NodeClient, state: NodeState, info: ClusterInfo, *, error: str = "",
-                meta: Mapping[str, Any] | None = None, exit_code: int = 0) -> NodeOutcome:  # fmt: skip
+    def _report(
+        self,
+        client: NodeClient,
+        state: NodeState,
+        info: ClusterInfo,
+        *,
+        error: str = "",
+        meta: Mapping[str, Any] | None = None,
+        exit_code: int = 0,
+    ) -> NodeOutcome:
         if state == STOPPED and not client.should_stop():
             error = self._local_reason  # the job fails: this node stopped unasked, and this says why
         try:
@@ -384,8 +400,13 @@ class NodeSupervisor:
         except RequestRejected as e:
             # The job ended meanwhile (a peer's failure got there first): the coordinator has
             # its outcome already, and this node's own is still what the child did.
-            log.info("%s of job %s: the coordinator did not take our %s report: %s", self.node,
-                     self.config.job, state, e)  # fmt: skip
+            log.info(
+                "%s of job %s: the coordinator did not take our %s report: %s",
+                self.node,
+                self.config.job,
+                state,
+                e,
+            )
         return NodeOutcome(state, info.role, info.index, error, exit_code)
 
     # -- stopping -------------------------------------------------------------------------

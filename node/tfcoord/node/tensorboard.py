@@ -40,8 +40,10 @@ class TensorBoard:
         # Dies with the thread that starts it (the node's), also when that is SIGKILLed.
         self.proc = pdeath.popen(
             [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port), "--bind_all"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         threading.Thread(target=self._watch, daemon=True).start()
 
     def _watch(self) -> None:

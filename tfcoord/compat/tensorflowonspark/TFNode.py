@@ -80,5 +80,13 @@ def terminate(mgr: Any, qname: str = "input") -> None:
     _feed(mgr, qname).terminate()
 
 
-__all__ = ["DataFeed", "batch_results", "export_saved_model", "hdfs_path", "next_batch",
-           "release_port", "start_cluster_server", "terminate"]  # fmt: skip
+__all__ = [
+    "DataFeed",
+    "batch_results",
+    "export_saved_model",
+    "hdfs_path",
+    "next_batch",
+    "release_port",
+    "start_cluster_server",
+    "terminate",
+]

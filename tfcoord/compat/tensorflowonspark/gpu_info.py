@@ -23,8 +23,15 @@ def is_gpu_available(nvidia_smi: str = "nvidia-smi") -> bool:
     return bool(host_gpus(nvidia_smi))
 
 
-def get_gpus(num_gpu: int = 1, worker_index: int = -1, format: str = AS_STRING, *,
-             nvidia_smi: str = "nvidia-smi", attempts: int = 3, delay_s: float = 5.0) -> str | list[str]:  # fmt: skip
+def get_gpus(
+    num_gpu: int = 1,
+    worker_index: int = -1,
+    format: str = AS_STRING,
+    *,
+    nvidia_smi: str = "nvidia-smi",
+    attempts: int = 3,
+    delay_s: float = 5.0,
+) -> str | list[str]:
     """``num_gpu`` free GPUs of this host, claimed for this process.
 
     Args:
@@ -43,8 +50,15 @@ def get_gpus(num_gpu: int = 1, worker_index: int = -1, format: str = AS_STRING, 
     if format not in (AS_STRING, AS_LIST):
         raise ValueError(f"format must be gpu_info.AS_STRING or gpu_info.AS_LIST, not {format!r}")
     who = f"gpu_info.get_gpus (worker {worker_index})" if worker_index >= 0 else "gpu_info.get_gpus"
-    selection = select_gpus(num_gpu, nvidia_smi=nvidia_smi, require=True, lock_dir=gpuclaim.lock_dir(),
-                            holder_name=who, attempts=attempts, delay_s=delay_s)  # fmt: skip
+    selection = select_gpus(
+        num_gpu,
+        nvidia_smi=nvidia_smi,
+        require=True,
+        lock_dir=gpuclaim.lock_dir(),
+        holder_name=who,
+        attempts=attempts,
+        delay_s=delay_s,
+    )
     _held.append(selection)
     ids = list(selection.ids)
     return ",".join(ids) if format == AS_STRING else ids

@@ -37,17 +37,26 @@ def default_advertise_host() -> str:
         return "127.0.0.1"
 
 
-def start_coordinator(config: MesosConfig, *, host: str = "0.0.0.0", port: int = 0,
-                      advertise_host: str | None = None, gpus: bool = False) -> EmbeddedCoordinator:  # fmt: skip
+def start_coordinator(
+    config: MesosConfig,
+    *,
+    host: str = "0.0.0.0",
+    port: int = 0,
+    advertise_host: str | None = None,
+    gpus: bool = False,
+) -> EmbeddedCoordinator:
     """An embedded coordinator running the Mesos framework, subscribed when this returns.
 
     Raises:
         MesosError: the framework could not subscribe (credentials, TLS, no master).
     """
     return EmbeddedCoordinator(
-        host=host, port=port, advertise_host=advertise_host or default_advertise_host(),
-        mesos=config, mesos_gpus=gpus,
-    ).start()  # fmt: skip
+        host=host,
+        port=port,
+        advertise_host=advertise_host or default_advertise_host(),
+        mesos=config,
+        mesos_gpus=gpus,
+    ).start()
 
 
 def await_state(
@@ -79,8 +88,9 @@ def await_state(
     return status
 
 
-def wait_running(driver: DriverClient, job: str, *, timeout_s: float,
-                 emit: Callable[[str], None] | None = None) -> JobStatus:  # fmt: skip
+def wait_running(
+    driver: DriverClient, job: str, *, timeout_s: float, emit: Callable[[str], None] | None = None
+) -> JobStatus:
     """Block until every node runs (for server mode: every TensorFlow server listens).
 
     Raises:

@@ -77,10 +77,20 @@ CALL_RETRY_S = 1.0
 #: again at most this often; past it the job fails rather than loop.
 MAX_PLACEMENTS = 5
 
-TERMINAL_STATES = frozenset({
-    "TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_ERROR", "TASK_LOST", "TASK_DROPPED",
-    "TASK_GONE", "TASK_GONE_BY_OPERATOR", "TASK_UNKNOWN", "TASK_UNREACHABLE",
-})  # fmt: skip
+TERMINAL_STATES = frozenset(
+    {
+        "TASK_FINISHED",
+        "TASK_FAILED",
+        "TASK_KILLED",
+        "TASK_ERROR",
+        "TASK_LOST",
+        "TASK_DROPPED",
+        "TASK_GONE",
+        "TASK_GONE_BY_OPERATOR",
+        "TASK_UNKNOWN",
+        "TASK_UNREACHABLE",
+    }
+)
 STARTED_STATES = frozenset({"TASK_STARTING", "TASK_RUNNING", "TASK_KILLING"})
 #: What the master says of a launch it never ran: the offer was gone, or it does not know the task.
 _NEVER_RAN_STATES = frozenset({"TASK_LOST", "TASK_DROPPED", "TASK_GONE", "TASK_UNKNOWN"})
@@ -135,8 +145,15 @@ class MesosEngine:
         gpu_resources: advertise GPU_RESOURCES from the start (else once a job wants GPUs).
     """
 
-    def __init__(self, server: CoordinatorServer, config: MesosConfig, coordinator_address: str, *,
-                 teardown_on_close: bool = True, gpu_resources: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        server: CoordinatorServer,
+        config: MesosConfig,
+        coordinator_address: str,
+        *,
+        teardown_on_close: bool = True,
+        gpu_resources: bool = False,
+    ) -> None:
         self.server = server
         self.config = config
         self.address = coordinator_address
@@ -215,8 +232,11 @@ class MesosEngine:
         if job is None or job.terminal or job_id in self._jobs:
             return
         if self.fatal is not None:
-            self._apply(s.EngineJobFailed(now=time.time(), job=job_id,
-                                          reason=f"the Mesos framework has stopped: {self.fatal}"))  # fmt: skip
+            self._apply(
+                s.EngineJobFailed(
+                    now=time.time(), job=job_id, reason=f"the Mesos framework has stopped: {self.fatal}"
+                )
+            )
             return
         try:
             mj = MesosJob.from_spec(job.spec)
@@ -231,8 +251,12 @@ class MesosEngine:
                 self._recover_task(t, job.slots[eid])
             tasks.append(t)
         self._jobs[job_id] = _Job(job_id, mj, constraints, tasks)
-        self.stats[job_id] = {"submitted": time.monotonic(), "offer_rounds": 0, "launched": None,
-                              "tasks": len(tasks)}  # fmt: skip
+        self.stats[job_id] = {
+            "submitted": time.monotonic(),
+            "offer_rounds": 0,
+            "launched": None,
+            "tasks": len(tasks),
+        }
         for t in tasks:
             if t.task_id:
                 self._tasks[t.task_id] = t
@@ -245,8 +269,12 @@ class MesosEngine:
                 self.client.call(
                     "UPDATE_FRAMEWORK", update_framework={"framework_info": info, "suppressed_roles": []}
                 )
-        log.info("job %s: %d Mesos task(s) to place%s", job_id, sum(1 for t in tasks if not t.task_id),
-                 " (recovered)" if recovered else "")  # fmt: skip
+        log.info(
+            "job %s: %d Mesos task(s) to place%s",
+            job_id,
+            sum(1 for t in tasks if not t.task_id),
+            " (recovered)" if recovered else "",
+        )
         if any(not t.task_id for t in tasks):
             self._revive()
 
@@ -300,8 +328,11 @@ class MesosEngine:
 
     def framework_info(self) -> dict[str, Any]:
         caps: list[dict[str, str]] = []
-        info: dict[str, Any] = {"user": self.config.user, "name": self.config.name,
-                                "failover_timeout": self.config.failover_timeout_s}  # fmt: skip
+        info: dict[str, Any] = {
+            "user": self.config.user,
+            "name": self.config.name,
+            "failover_timeout": self.config.failover_timeout_s,
+        }
         if self.config.role:
             info["roles"] = [self.config.role]
             caps.append({"type": "MULTI_ROLE"})
@@ -319,31 +350,54 @@ class MesosEngine:
         self._suppressed = not self._pending
         launched = [t for t in self._tasks.values() if t.live]
         if launched:
-            self.client.call("RECONCILE", reconcile={"tasks": [
-                {"task_id": {"value": t.task_id}, **({"agent_id": {"value": t.agent_id}} if t.agent_id else {})}
-                for t in launched]})  # fmt: skip
+            self.client.call(
+                "RECONCILE",
+                reconcile={
+                    "tasks": [
+                        {
+                            "task_id": {"value": t.task_id},
+                            **({"agent_id": {"value": t.agent_id}} if t.agent_id else {}),
+                        }
+                        for t in launched
+                    ]
+                },
+            )
         self.client.call("RECONCILE", reconcile={"tasks": []})  # and whatever else the master knows of ours
         if self._pending:
             self._revive()
 
     def on_disconnected(self, reason: str) -> None:
-        log.warning("Mesos framework %s disconnected (%s); resubscribing keeps its tasks for %g s",
-                    self.client.framework_id, reason, self.config.failover_timeout_s)  # fmt: skip
+        log.warning(
+            "Mesos framework %s disconnected (%s); resubscribing keeps its tasks for %g s",
+            self.client.framework_id,
+            reason,
+            self.config.failover_timeout_s,
+        )
 
     def on_framework_removed(self, reason: str) -> None:
         self.server.journal.set_meta(FRAMEWORK_ID_META, "")
         for job in list(self._jobs.values()):
             if not job.ended:
-                self._apply(s.EngineJobFailed(now=time.time(), job=job.id, reason=(
-                    f"the Mesos master removed this coordinator's framework, killing its tasks ({reason})")))  # fmt: skip
+                self._apply(
+                    s.EngineJobFailed(
+                        now=time.time(),
+                        job=job.id,
+                        reason=(
+                            f"the Mesos master removed this coordinator's framework, killing its tasks ({reason})"
+                        ),
+                    )
+                )
         self._agents.clear()
 
     def on_fatal(self, error: MesosError) -> None:
         self.fatal = error
         for job in list(self._jobs.values()):
             if not job.ended:
-                self._apply(s.EngineJobFailed(now=time.time(), job=job.id,
-                                              reason=f"the Mesos framework has stopped: {error}"))  # fmt: skip
+                self._apply(
+                    s.EngineJobFailed(
+                        now=time.time(), job=job.id, reason=f"the Mesos framework has stopped: {error}"
+                    )
+                )
 
     def on_call_failed(self, call: Call, reason: str) -> None:
         """Recover from a call the master did not take while the stream stayed up."""
@@ -371,20 +425,38 @@ class MesosEngine:
         # see with its state. Declining the offers frees them if the ACCEPT never arrived
         # (a master ignores the DECLINE of an offer already used).
         accept = call.fields.get("accept") or {}
-        infos = [info for op in accept.get("operations", []) if op.get("type") == "LAUNCH"
-                 for info in op["launch"]["task_infos"]]  # fmt: skip
-        log.warning("ACCEPT of offer(s) %s failed (%s); reconciling its %d task(s)",
-                    ", ".join(o["value"] for o in accept.get("offer_ids", [])), reason, len(infos))  # fmt: skip
+        infos = [
+            info
+            for op in accept.get("operations", [])
+            if op.get("type") == "LAUNCH"
+            for info in op["launch"]["task_infos"]
+        ]
+        log.warning(
+            "ACCEPT of offer(s) %s failed (%s); reconciling its %d task(s)",
+            ", ".join(o["value"] for o in accept.get("offer_ids", [])),
+            reason,
+            len(infos),
+        )
         self.client.call(
             "DECLINE", decline={"offer_ids": accept.get("offer_ids", []), "filters": {"refuse_seconds": 0}}
         )
-        self.client.call("RECONCILE", reconcile={"tasks": [{"task_id": i["task_id"], "agent_id": i["agent_id"]}
-                                                           for i in infos]})  # fmt: skip
+        self.client.call(
+            "RECONCILE",
+            reconcile={"tasks": [{"task_id": i["task_id"], "agent_id": i["agent_id"]} for i in infos]},
+        )
         for info in infos:
             t = self._tasks.get(info["task_id"]["value"])
             if t is not None and t.state == "TASK_STAGING":
-                self._apply(s.EngineTaskUpdate(now=time.time(), job=t.job, executor_id=t.executor_id, task_id=t.task_id,
-                                               state=t.state, message=f"launch not confirmed ({reason}); reconciling"))  # fmt: skip
+                self._apply(
+                    s.EngineTaskUpdate(
+                        now=time.time(),
+                        job=t.job,
+                        executor_id=t.executor_id,
+                        task_id=t.task_id,
+                        state=t.state,
+                        message=f"launch not confirmed ({reason}); reconciling",
+                    )
+                )
 
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -401,17 +473,29 @@ class MesosEngine:
         elif kind == "FAILURE":
             f = event.get("failure") or {}
             agent_id = (f.get("agent_id") or {}).get("value") or ""
-            log.warning("Mesos reports a failure: agent %s, executor %s, status %s", agent_id,
-                        (f.get("executor_id") or {}).get("value"), f.get("status"))  # fmt: skip
+            log.warning(
+                "Mesos reports a failure: agent %s, executor %s, status %s",
+                agent_id,
+                (f.get("executor_id") or {}).get("value"),
+                f.get("status"),
+            )
             # The master reports the tasks of a failed agent in its own time; ask now, so a
             # job waiting on one of them learns at once (an update per task comes back).
             ours = [t for t in self._tasks.values() if t.live and t.agent_id == agent_id]
             if ours:
-                self.client.call("RECONCILE", reconcile={"tasks": [
-                    {"task_id": {"value": t.task_id}, "agent_id": {"value": agent_id}} for t in ours]})  # fmt: skip
+                self.client.call(
+                    "RECONCILE",
+                    reconcile={
+                        "tasks": [
+                            {"task_id": {"value": t.task_id}, "agent_id": {"value": agent_id}} for t in ours
+                        ]
+                    },
+                )
         elif kind == "MESSAGE":
-            log.info("message from executor %s (ignored: tfcoord tasks use the command executor)",
-                     ((event.get("message") or {}).get("executor_id") or {}).get("value"))  # fmt: skip
+            log.info(
+                "message from executor %s (ignored: tfcoord tasks use the command executor)",
+                ((event.get("message") or {}).get("executor_id") or {}).get("value"),
+            )
 
     # -- offers -------------------------------------------------------------------------
 
@@ -435,8 +519,12 @@ class MesosEngine:
                 self._job_ended(job_id)
         if not self._pending:
             for o in offers:
-                log.info("declining offer %s from %s: no task waits (refused for %g s)",
-                         o.id, o.hostname or o.agent_id, IDLE_REFUSE_S)  # fmt: skip
+                log.info(
+                    "declining offer %s from %s: no task waits (refused for %g s)",
+                    o.id,
+                    o.hostname or o.agent_id,
+                    IDLE_REFUSE_S,
+                )
             self._decline([o.id for o in offers], IDLE_REFUSE_S)
             self._suppress()
             return
@@ -452,11 +540,14 @@ class MesosEngine:
         refuse = PENDING_REFUSE_S if self._pending else IDLE_REFUSE_S
         for offer_id, placements in result.by_offer().items():
             infos = [self._launch(by_key[p.key], p) for p in placements]
-            self.client.call("ACCEPT", accept={
-                "offer_ids": [{"value": offer_id}],
-                "operations": [{"type": "LAUNCH", "launch": {"task_infos": infos}}],
-                "filters": {"refuse_seconds": refuse},
-            })  # fmt: skip
+            self.client.call(
+                "ACCEPT",
+                accept={
+                    "offer_ids": [{"value": offer_id}],
+                    "operations": [{"type": "LAUNCH", "launch": {"task_infos": infos}}],
+                    "filters": {"refuse_seconds": refuse},
+                },
+            )
         hosts = {o.id: o.hostname or o.agent_id for o in offers}
         for offer_id, why in result.decline_reasons:  # as tfmesos2 logs them, with the reason
             log.info(
@@ -476,9 +567,16 @@ class MesosEngine:
     def _needs(self, t: _Task) -> TaskNeeds:
         r, job = t.needs, self._jobs[t.job]
         image = job.mesos.image or self.config.image
-        return TaskNeeds(key=t.key, name=f"{t.role}:{t.index} of job {t.job}", cpus=r.cpus, mem=r.mem,
-                         gpus=r.gpus, ports=1, constraints=job.constraints,
-                         exclusive_gpus=not scalar_gpus_isolated(self.config, image))  # fmt: skip
+        return TaskNeeds(
+            key=t.key,
+            name=f"{t.role}:{t.index} of job {t.job}",
+            cpus=r.cpus,
+            mem=r.mem,
+            gpus=r.gpus,
+            ports=1,
+            constraints=job.constraints,
+            exclusive_gpus=not scalar_gpus_isolated(self.config, image),
+        )
 
     def _launch(self, t: _Task, p: Placement) -> dict[str, Any]:
         job = self._jobs[t.job]
@@ -495,8 +593,16 @@ class MesosEngine:
         where = f"{p.hostname or p.agent_id}:{p.port}" + (
             f" with GPUs {','.join(p.gpu_ids)}" if p.gpu_ids else ""
         )
-        self._apply(s.EngineTaskUpdate(now=time.time(), job=t.job, executor_id=t.executor_id,
-                                       task_id=t.task_id, state="TASK_STAGING", message=f"launching on {where}"))  # fmt: skip
+        self._apply(
+            s.EngineTaskUpdate(
+                now=time.time(),
+                job=t.job,
+                executor_id=t.executor_id,
+                task_id=t.task_id,
+                state="TASK_STAGING",
+                message=f"launching on {where}",
+            )
+        )
         log.info("job %s: launching %s:%d as task %s on %s", t.job, t.role, t.index, t.task_id, where)
         return build_task_info(self.config, launch)
 
@@ -512,14 +618,27 @@ class MesosEngine:
             )
             if t.note:
                 log.warning("job %s: %s:%d %s", t.job, t.role, t.index, message)
-            self._apply(s.EngineTaskUpdate(now=time.time(), job=t.job, executor_id=t.executor_id, task_id="",
-                                           state="UNPLACED", message=message))  # fmt: skip
+            self._apply(
+                s.EngineTaskUpdate(
+                    now=time.time(),
+                    job=t.job,
+                    executor_id=t.executor_id,
+                    task_id="",
+                    state="UNPLACED",
+                    message=message,
+                )
+            )
 
     def _decline(self, offer_ids: list[str], refuse_s: float) -> None:
         if offer_ids:
             self.counters["declined"] += len(offer_ids)
-            self.client.call("DECLINE", decline={"offer_ids": [{"value": i} for i in offer_ids],
-                                                 "filters": {"refuse_seconds": refuse_s}})  # fmt: skip
+            self.client.call(
+                "DECLINE",
+                decline={
+                    "offer_ids": [{"value": i} for i in offer_ids],
+                    "filters": {"refuse_seconds": refuse_s},
+                },
+            )
 
     def _revive(self) -> None:
         self.client.call("REVIVE")
@@ -546,8 +665,14 @@ class MesosEngine:
             log.warning("ignoring a malformed status update: %s", str(status)[:200])
             return
         if status.get("uuid") and agent_id:
-            self.client.call("ACKNOWLEDGE", acknowledge={"agent_id": {"value": agent_id}, "task_id": {"value": tid},
-                                                         "uuid": status["uuid"]})  # fmt: skip
+            self.client.call(
+                "ACKNOWLEDGE",
+                acknowledge={
+                    "agent_id": {"value": agent_id},
+                    "task_id": {"value": tid},
+                    "uuid": status["uuid"],
+                },
+            )
         t = self._tasks.get(tid)
         if t is None:
             if state not in TERMINAL_STATES:
@@ -572,13 +697,30 @@ class MesosEngine:
             self._tasks.pop(tid, None)
             t.state = "PENDING"
             self._pending.append(t)
-            self._apply(s.EngineTaskUpdate(now=time.time(), job=t.job, executor_id=t.executor_id, task_id=tid,
-                                           state=state, message=f"{message}; placing it again"))  # fmt: skip
+            self._apply(
+                s.EngineTaskUpdate(
+                    now=time.time(),
+                    job=t.job,
+                    executor_id=t.executor_id,
+                    task_id=tid,
+                    state=state,
+                    message=f"{message}; placing it again",
+                )
+            )
             log.info("job %s: task %s was never run (%s: %s); placing it again", t.job, tid, state, message)
             self._revive()
             return
-        self._apply(s.EngineTaskUpdate(now=time.time(), job=t.job, executor_id=t.executor_id, task_id=tid,
-                                       state=state, message=message, ended=terminal))  # fmt: skip
+        self._apply(
+            s.EngineTaskUpdate(
+                now=time.time(),
+                job=t.job,
+                executor_id=t.executor_id,
+                task_id=tid,
+                state=state,
+                message=message,
+                ended=terminal,
+            )
+        )
 
     def _never_ran(self, t: _Task, status: dict[str, Any]) -> bool:
         if t.started or t.placements >= MAX_PLACEMENTS:

@@ -136,8 +136,13 @@ class MesosJob:
         parse_constraints(self.attributes)  # refuse bad constraints here, at the driver
 
     @classmethod
-    def of(cls, roles: Sequence[RoleResources], command: Sequence[str] = (), image: str | None = None,
-           attributes: str = "") -> MesosJob:  # fmt: skip
+    def of(
+        cls,
+        roles: Sequence[RoleResources],
+        command: Sequence[str] = (),
+        image: str | None = None,
+        attributes: str = "",
+    ) -> MesosJob:
         """Roles in any order (they are put in tfcoord's assignment order)."""
         ordered = tuple(sorted(roles, key=lambda r: ROLE_ORDER.index(r.role)))
         return cls(ordered, tuple(command), image or None, attributes)

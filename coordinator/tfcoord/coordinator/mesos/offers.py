@@ -292,9 +292,16 @@ class _Room:
                 f"{k}:{v:g}" if isinstance(v, float) else f"{k}:{v}" for k, v in self.offer.attributes
             )
             return f"attributes {','.join(map(str, missing))} not matched (offer has {have or 'none'})"
-        short = [f"{_amount(dim, need)} (offer has {_num(self.free(dim))})"
-                 for dim, need in (("cpus", t.cpus), ("mem", t.mem), ("gpus", float(t.gpus)), ("ports", float(t.ports)))
-                 if self.free(dim) + EPSILON < need]  # fmt: skip
+        short = [
+            f"{_amount(dim, need)} (offer has {_num(self.free(dim))})"
+            for dim, need in (
+                ("cpus", t.cpus),
+                ("mem", t.mem),
+                ("gpus", float(t.gpus)),
+                ("ports", float(t.ports)),
+            )
+            if self.free(dim) + EPSILON < need
+        ]
         if short:
             return "needs " + ", ".join(short)
         if self.shares_scalar_gpus(t):
@@ -321,10 +328,17 @@ class _Room:
             self.gpu_tasks += 1
         o = self.offer
         return Placement(
-            key=t.key, offer_id=o.id, agent_id=o.agent_id, hostname=o.hostname,
-            port=ports[0] if ports else 0, gpus=t.gpus, gpu_ids=gpu_ids,
-            resources=tuple(out), ports=ports, gpu_kind=kind,
-        )  # fmt: skip
+            key=t.key,
+            offer_id=o.id,
+            agent_id=o.agent_id,
+            hostname=o.hostname,
+            port=ports[0] if ports else 0,
+            gpus=t.gpus,
+            gpu_ids=gpu_ids,
+            resources=tuple(out),
+            ports=ports,
+            gpu_kind=kind,
+        )
 
     def _take_scalar(self, name: str, amount: float, out: list[dict[str, Any]]) -> None:
         left = round(amount, 3)
@@ -351,8 +365,14 @@ class _Room:
                     r[1][0] = (b + 1, e)
             if mine:
                 taken += mine
-                out.append({"name": "ports", "type": "RANGES",
-                            "ranges": {"range": [{"begin": p, "end": p} for p in mine]}, **json.loads(r[2])})  # fmt: skip
+                out.append(
+                    {
+                        "name": "ports",
+                        "type": "RANGES",
+                        "ranges": {"range": [{"begin": p, "end": p} for p in mine]},
+                        **json.loads(r[2]),
+                    }
+                )
         return tuple(taken)
 
     def _take_items(self, name: str, n: int, out: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -387,9 +407,11 @@ def match(tasks: Sequence[TaskNeeds], offers: Sequence[Offer], gpu_agents: Colle
             placed[i] = candidates[0].take(t)
         elif roomy:
             hosts = ", ".join(sorted({r.offer.hostname or r.offer.agent_id for r in roomy}))
-            held[i] = (f"waiting for an agent of its own: {hosts} offers GPUs only as a count, which names no "
-                       "device, and already runs a GPU task of this framework; two would share the first GPUs "
-                       "(offer GPUs as a SET of ids, or use the Mesos containerizer with NVIDIA, to share an agent)")  # fmt: skip
+            held[i] = (
+                f"waiting for an agent of its own: {hosts} offers GPUs only as a count, which names no "
+                "device, and already runs a GPU task of this framework; two would share the first GPUs "
+                "(offer GPUs as a SET of ids, or use the Mesos containerizer with NVIDIA, to share an agent)"
+            )
     placements = tuple(placed[i] for i in sorted(placed))
     used = {p.offer_id for p in placements}
     left = [tasks[i] for i in order if i not in placed]
@@ -430,17 +452,34 @@ class AgentSize:
 
     @classmethod
     def of(cls, offer: Offer) -> AgentSize:
-        return cls(offer.agent_id, offer.hostname, offer.total("cpus"), offer.total("mem"),
-                   offer.total("gpus"), offer.total("ports"), offer.attributes)  # fmt: skip
+        return cls(
+            offer.agent_id,
+            offer.hostname,
+            offer.total("cpus"),
+            offer.total("mem"),
+            offer.total("gpus"),
+            offer.total("ports"),
+            offer.attributes,
+        )
 
     def merge(self, other: AgentSize) -> AgentSize:
-        return AgentSize(self.agent_id, other.hostname or self.hostname, max(self.cpus, other.cpus),
-                         max(self.mem, other.mem), max(self.gpus, other.gpus),
-                         max(self.ports, other.ports), other.attributes or self.attributes)  # fmt: skip
+        return AgentSize(
+            self.agent_id,
+            other.hostname or self.hostname,
+            max(self.cpus, other.cpus),
+            max(self.mem, other.mem),
+            max(self.gpus, other.gpus),
+            max(self.ports, other.ports),
+            other.attributes or self.attributes,
+        )
 
     def holds(self, t: TaskNeeds) -> bool:
-        return (self.cpus + EPSILON >= t.cpus and self.mem + EPSILON >= t.mem
-                and self.gpus + EPSILON >= t.gpus and self.ports >= t.ports)  # fmt: skip
+        return (
+            self.cpus + EPSILON >= t.cpus
+            and self.mem + EPSILON >= t.mem
+            and self.gpus + EPSILON >= t.gpus
+            and self.ports >= t.ports
+        )
 
     def describe(self) -> str:
         return _describe(self.cpus, self.mem, self.gpus, self.ports)
@@ -459,8 +498,10 @@ def explain_unfit(task: TaskNeeds, agents: Iterable[AgentSize]) -> str | None:
         seen = sorted(
             {f"{k}:{_num(v) if isinstance(v, float) else v}" for a in agents for k, v in a.attributes}
         )
-        return (f"no offer matched the attribute constraints {','.join(map(str, task.constraints))} "
-                f"(offers had {', '.join(seen) or 'no attributes'})")  # fmt: skip
+        return (
+            f"no offer matched the attribute constraints {','.join(map(str, task.constraints))} "
+            f"(offers had {', '.join(seen) or 'no attributes'})"
+        )
     if any(a.holds(task) for a in eligible):
         return None
     short = []
@@ -475,10 +516,17 @@ def explain_unfit(task: TaskNeeds, agents: Iterable[AgentSize]) -> str | None:
             short.append(f"needs {_amount(dim, need)}, the largest offer had {_num(best)}")
     if short:
         return "; ".join(short)
-    closest = max(eligible, key=lambda a: (sum(1 for d in ("cpus", "mem", "gpus") if getattr(a, d) + EPSILON
-                                                >= getattr(task, d)), a.cpus + a.mem / 1024))  # fmt: skip
-    return (f"needs {task.describe()} on one agent, and no agent offered all of it at once "
-            f"(closest: {closest.hostname or closest.agent_id} with {closest.describe()})")  # fmt: skip
+    closest = max(
+        eligible,
+        key=lambda a: (
+            sum(1 for d in ("cpus", "mem", "gpus") if getattr(a, d) + EPSILON >= getattr(task, d)),
+            a.cpus + a.mem / 1024,
+        ),
+    )
+    return (
+        f"needs {task.describe()} on one agent, and no agent offered all of it at once "
+        f"(closest: {closest.hostname or closest.agent_id} with {closest.describe()})"
+    )
 
 
 def _num(v: float) -> str:

@@ -200,8 +200,10 @@ class SchedulerClient:
         self._session = aiohttp.ClientSession(
             headers=self._headers, connector=aiohttp.TCPConnector(enable_cleanup_closed=SSL_CLEANUP_NEEDED)
         )
-        self._tasks = [asyncio.create_task(self._run(), name="mesos-subscription"),
-                       asyncio.create_task(self._send_loop(), name="mesos-calls")]  # fmt: skip
+        self._tasks = [
+            asyncio.create_task(self._run(), name="mesos-subscription"),
+            asyncio.create_task(self._send_loop(), name="mesos-calls"),
+        ]
         up = asyncio.create_task(self._up.wait())
         done = asyncio.create_task(self._done.wait())
         try:
@@ -308,9 +310,12 @@ class SchedulerClient:
                     log.exception("subscribing at Mesos master %s failed unexpectedly", base)
                 plain = _plain_http_answer(e)
                 if plain is not None:  # MESOS_SSL=true against a plain listener: no retry helps
-                    self._fatal(MesosError(
-                        f"the Mesos master at {base} speaks plain HTTP, not HTTPS ({plain}): check MESOS_SSL "
-                        "(unset it, or name the master http://host:port in MESOS_MASTER), or enable TLS on the master"))  # fmt: skip
+                    self._fatal(
+                        MesosError(
+                            f"the Mesos master at {base} speaks plain HTTP, not HTTPS ({plain}): check MESOS_SSL "
+                            "(unset it, or name the master http://host:port in MESOS_MASTER), or enable TLS on the master"
+                        )
+                    )
                     return
                 errors[base] = _describe(e)
                 log.warning("cannot subscribe at Mesos master %s: %s", base, errors[base])
@@ -319,9 +324,12 @@ class SchedulerClient:
                 self._disconnected(errors[base])
             if self.subscriptions == 0 and loop.time() >= first_deadline:
                 tried = "; ".join(f"{m}: {why}" for m, why in errors.items())
-                self._fatal(MesosUnreachable(
-                    f"no Mesos master accepted the subscription within {self.config.first_subscribe_deadline_s:g} s "
-                    f"({tried}); check MESOS_MASTER and that the masters are up and reachable from here"))  # fmt: skip
+                self._fatal(
+                    MesosUnreachable(
+                        f"no Mesos master accepted the subscription within {self.config.first_subscribe_deadline_s:g} s "
+                        f"({tried}); check MESOS_MASTER and that the masters are up and reachable from here"
+                    )
+                )
                 return
             await self._pause(next(delays))
 
@@ -350,10 +358,13 @@ class SchedulerClient:
             try:
                 async with asyncio.timeout(self.config.connect_timeout_s):
                     resp = await self._session.post(
-                        url + SCHEDULER_PATH, json=self._subscribe_body(), headers={"Accept": "application/json"},
-                        allow_redirects=False, ssl=self._ssl if url.startswith("https://") else None,
+                        url + SCHEDULER_PATH,
+                        json=self._subscribe_body(),
+                        headers={"Accept": "application/json"},
+                        allow_redirects=False,
+                        ssl=self._ssl if url.startswith("https://") else None,
                         timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
-                    )  # fmt: skip
+                    )
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
                 # A TLS listener drops a plain HTTP request without a word: ask it for a handshake.
                 hung_up = not isinstance(e, aiohttp.ClientConnectorError)
@@ -446,8 +457,13 @@ class SchedulerClient:
             self._generation += 1
             self._up.set()
             self._changed()
-            log.info("framework %s %s at %s (heartbeat every %g s)", fid,
-                     "resubscribed" if resubscribed else "subscribed", url, self.heartbeat_interval_s)  # fmt: skip
+            log.info(
+                "framework %s %s at %s (heartbeat every %g s)",
+                fid,
+                "resubscribed" if resubscribed else "subscribed",
+                url,
+                self.heartbeat_interval_s,
+            )
             self._notify("on_subscribed", fid, resubscribed)
             return
         if kind == "ERROR":
@@ -455,8 +471,9 @@ class SchedulerClient:
             if "removed" in message.lower():
                 raise FrameworkRemoved(f"the master says: {message}")
             if "failed over" in message.lower():
-                raise MesosError(f"another scheduler took over framework {self.framework_id} ({message}); "
-                                 "this one stops")  # fmt: skip
+                raise MesosError(
+                    f"another scheduler took over framework {self.framework_id} ({message}); this one stops"
+                )
             log.error("Mesos master %s sent an error: %s", url, message)
         self._notify("on_event", event)
 
@@ -538,8 +555,13 @@ class SchedulerClient:
         headers = {"Mesos-Stream-Id": self._stream_id}
         url = self._base
         async with asyncio.timeout(CALL_TIMEOUT_S):
-            async with self._session.post(url + SCHEDULER_PATH, json=body, headers=headers, allow_redirects=False,
-                                          ssl=self._ssl if url.startswith("https://") else None) as resp:  # fmt: skip
+            async with self._session.post(
+                url + SCHEDULER_PATH,
+                json=body,
+                headers=headers,
+                allow_redirects=False,
+                ssl=self._ssl if url.startswith("https://") else None,
+            ) as resp:
                 if resp.status == 202:
                     return
                 text = (await resp.text(errors="replace")).strip()[:500]
@@ -549,8 +571,10 @@ class SchedulerClient:
             )
         # 403 "Framework is not subscribed"; 400 "The stream ID ... didn't match": our stream is stale.
         if resp.status == 403 or (resp.status == 400 and "stream id" in text.lower()):
-            raise _NotSubscribed(f"the master at {url} says this framework is not subscribed on our stream "
-                                 f"(HTTP {resp.status}: {text})")  # fmt: skip
+            raise _NotSubscribed(
+                f"the master at {url} says this framework is not subscribed on our stream "
+                f"(HTTP {resp.status}: {text})"
+            )
         raise MesosError(f"{call_type} answered HTTP {resp.status}: {text}")
 
 
@@ -596,8 +620,10 @@ async def _speaks_tls(url: str, timeout_s: float) -> bool:
 
 def _describe(e: BaseException) -> str:
     if isinstance(e, aiohttp.ClientConnectorCertificateError):
-        return (f"its TLS certificate is not trusted ({e.certificate_error}); give the CA that signed it with "
-                "MESOS_CA_FILE (MESOS_VERIFY_SSL=false only in a controlled test environment)")  # fmt: skip
+        return (
+            f"its TLS certificate is not trusted ({e.certificate_error}); give the CA that signed it with "
+            "MESOS_CA_FILE (MESOS_VERIFY_SSL=false only in a controlled test environment)"
+        )
     if isinstance(e, TimeoutError):
         return "timed out"
     return str(e) or type(e).__name__

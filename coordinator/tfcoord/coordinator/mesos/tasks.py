@@ -123,9 +123,21 @@ def visible_gpus(config: MesosConfig, image: str, p: Placement) -> tuple[str, ..
 def node_argv(config: MesosConfig, launch: TaskLaunch) -> list[str]:
     """The node entry point's argv for this task."""
     p = launch.placement
-    argv = [config.python, "-m", "tfcoord.node", "--address", launch.coordinator, "--job", launch.job,
-            "--executor-id", str(launch.executor_id), "--attempt", str(launch.attempt),
-            "--task-id", launch.task_id]  # fmt: skip
+    argv = [
+        config.python,
+        "-m",
+        "tfcoord.node",
+        "--address",
+        launch.coordinator,
+        "--job",
+        launch.job,
+        "--executor-id",
+        str(launch.executor_id),
+        "--attempt",
+        str(launch.attempt),
+        "--task-id",
+        launch.task_id,
+    ]
     if p.hostname:
         argv += ["--host", p.hostname]
     gpus = visible_gpus(config, task_image(config, launch), p)
@@ -147,16 +159,20 @@ def docker_parameters(config: MesosConfig, p: Placement) -> list[dict[str, str]]
         value = f'"device={",".join(p.gpu_ids)}"' if p.gpu_ids else str(p.gpus)
         params.append({"key": "gpus", "value": value})
     else:
-        params += [{"key": "device", "value": "/dev/kfd"}, {"key": "device", "value": "/dev/dri"},
-                   {"key": "group-add", "value": "video"},
-                   {"key": "security-opt", "value": "seccomp=unconfined"}]  # fmt: skip
+        params += [
+            {"key": "device", "value": "/dev/kfd"},
+            {"key": "device", "value": "/dev/dri"},
+            {"key": "group-add", "value": "video"},
+            {"key": "security-opt", "value": "seccomp=unconfined"},
+        ]
     return params
 
 
 def container_info(config: MesosConfig, launch: TaskLaunch) -> dict[str, Any] | None:
     image = task_image(config, launch)
-    volumes = [{"container_path": v.container_path, "host_path": v.host_path, "mode": v.mode}
-               for v in config.volumes]  # fmt: skip
+    volumes = [
+        {"container_path": v.container_path, "host_path": v.host_path, "mode": v.mode} for v in config.volumes
+    ]
     if not image:
         return {"type": "MESOS", "volumes": volumes} if volumes else None
     if config.containerizer == "docker":
@@ -170,8 +186,12 @@ def container_info(config: MesosConfig, launch: TaskLaunch) -> dict[str, Any] | 
             docker["parameters"] = params
         out: dict[str, Any] = {"type": "DOCKER", "docker": docker}
     else:
-        out = {"type": "MESOS", "mesos": {"image": {"type": "DOCKER", "docker": {"name": image},
-                                                    "cached": not config.force_pull_image}}}  # fmt: skip
+        out = {
+            "type": "MESOS",
+            "mesos": {
+                "image": {"type": "DOCKER", "docker": {"name": image}, "cached": not config.force_pull_image}
+            },
+        }
     if volumes:
         out["volumes"] = volumes
     return out
@@ -192,10 +212,14 @@ def build_task_info(config: MesosConfig, launch: TaskLaunch) -> dict[str, Any]:
         "environment": {"variables": variables},
     }
     if config.uris:
-        command["uris"] = [{"value": u.value, "extract": u.extract, "executable": u.executable, "cache": u.cache}
-                           for u in config.uris]  # fmt: skip
-    labels = [{"key": "tfcoord.job", "value": launch.job},
-              {"key": "tfcoord.task", "value": f"{launch.role}:{launch.index}"}]  # fmt: skip
+        command["uris"] = [
+            {"value": u.value, "extract": u.extract, "executable": u.executable, "cache": u.cache}
+            for u in config.uris
+        ]
+    labels = [
+        {"key": "tfcoord.job", "value": launch.job},
+        {"key": "tfcoord.task", "value": f"{launch.role}:{launch.index}"},
+    ]
     labels += [{"key": k, "value": v} for k, v in config.task_labels]
     info: dict[str, Any] = {
         "name": f"tfcoord {launch.job} /job:{launch.role}/task:{launch.index}",
