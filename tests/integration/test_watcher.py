@@ -80,6 +80,10 @@ def test_the_watcher_sees_each_change_until_the_condition_holds(coordinator: Emb
 
         with _node(coordinator, d, job, 0) as a, _node(coordinator, d, job, 1) as b:
             a.register("127.0.0.1", 7000)
+            brief = watch_until(d, job, lambda st: True, timeout_s=WAIT_S, brief=True)
+            assert brief.brief and brief.nodes == () and brief.events == ()
+            assert (brief.registered, brief.missing_count, brief.running) == (1, 1, 0)
+            assert describe(brief) == f"job {job} RESERVING: registered 1/2 (waiting for worker:1)"
             # Not there yet: the watch returns at its deadline with the last status seen.
             st = watch_until(
                 d, job, lambda st: st.state is JobState.READY, timeout_s=0.2, on_change=on_change
