@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml client/pyproject.toml node/pyproject.toml coordinator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ./client -e ./node -e ./coordinator -e '.[spark,tensorflow,test,docs]'
+	$(PY) -m pip install --quiet -e ./client -e ./node -e ./coordinator -e '.[spark,tensorflow,examples,test,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)

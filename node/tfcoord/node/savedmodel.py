@@ -28,10 +28,20 @@ def export_saved_model(model: Any, export_dir: str, is_chief: bool = False, sign
 
     target = export_dir if is_chief else tempfile.mkdtemp(prefix="tfcoord-worker-model-")
     try:
-        if signatures is None and callable(getattr(model, "export", None)):  # Keras 3 and tf_keras
+        if signatures is None and _is_keras2(model):
+            # Keras 2's own SavedModel: its serving_default signature names inputs and
+            # outputs after the layers ("conv2d_input" -> "dense_1"), as the programs
+            # written for TensorFlowOnSpark read them; export() would name them output_0.
+            model.save(target, save_format="tf")
+        elif signatures is None and callable(getattr(model, "export", None)):  # Keras 3
             model.export(target)
         else:
             tf.saved_model.save(model, target, signatures=signatures)
     finally:
         if not is_chief:
             shutil.rmtree(target, ignore_errors=True)
+
+
+def _is_keras2(model: Any) -> bool:
+    """Whether ``model`` is a tf_keras (Keras 2) model, not a Keras 3 one."""
+    return any(c.__module__.split(".")[0] == "tf_keras" for c in type(model).__mro__)

@@ -87,11 +87,22 @@ class _Daemon:
 
 
 class LocalSparkCluster:
-    """``with LocalSparkCluster(cores=2, memory_mb=4096) as c: SparkContext(c.master_url, ...)``."""
+    """``with LocalSparkCluster(cores=2, memory_mb=4096) as c: SparkContext(c.master_url, ...)``.
 
-    def __init__(self, cores: int = 2, memory_mb: int = 4096) -> None:
+    ``workers`` worker daemons, each offering ``cores`` cores and ``memory_mb``:
+    ``LocalSparkCluster(cores=1, workers=3)`` is TensorFlowOnSpark's documented shape
+    (``SPARK_WORKER_INSTANCES=3``, ``-c 1``), where an application that sets only
+    ``spark.cores.max`` gets one 1-core executor per worker.
+    """
+
+    def __init__(self, cores: int = 2, memory_mb: int = 4096, workers: int = 1) -> None:
+        if workers < 1 or cores < 1:
+            raise ValueError(
+                f"a local Spark cluster needs at least 1 worker of 1 core (got {workers} x {cores})"
+            )
         self.cores = cores
         self.memory_mb = memory_mb
+        self.workers = workers
         self.master_url = ""
         self._daemons: list[_Daemon] = []
         self._workdir = tempfile.mkdtemp(prefix="tfcoord-spark-")
@@ -129,28 +140,34 @@ class LocalSparkCluster:
         self._daemons.append(master)
         try:
             self.master_url = master.wait(START_TIMEOUT_S).group(1)
-            worker = _Daemon(
-                [
-                    spark_class,
-                    "org.apache.spark.deploy.worker.Worker",
-                    self.master_url,
-                    "--cores",
-                    str(self.cores),
-                    "--memory",
-                    f"{self.memory_mb}M",
-                    "--host",
-                    "127.0.0.1",
-                    "--webui-port",
-                    str(_free_port()),
-                    "--work-dir",
-                    self._workdir,
-                ],
-                env,
-                re.compile(r"Successfully registered with master"),
-                "worker",
-            )
-            self._daemons.append(worker)
-            worker.wait(START_TIMEOUT_S)
+            started = []
+            for i in range(self.workers):
+                workdir = Path(self._workdir, f"worker-{i}")
+                workdir.mkdir()
+                worker = _Daemon(
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        self.master_url,
+                        "--cores",
+                        str(self.cores),
+                        "--memory",
+                        f"{self.memory_mb}M",
+                        "--host",
+                        "127.0.0.1",
+                        "--webui-port",
+                        str(_free_port()),
+                        "--work-dir",
+                        str(workdir),
+                    ],
+                    env,
+                    re.compile(r"Successfully registered with master"),
+                    f"worker {i}",
+                )
+                self._daemons.append(worker)
+                started.append(worker)
+            for worker in started:  # the JVMs start side by side
+                worker.wait(START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
