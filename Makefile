@@ -8,10 +8,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo demo-local test test-quick lint typecheck format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-load docs clean
 
-$(STAMP): pyproject.toml client/pyproject.toml node/pyproject.toml coordinator/pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml node/pyproject.toml coordinator/pyproject.toml aliases/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ./client -e ./node -e ./coordinator -e '.[spark,tensorflow,examples,test,docs]'
+	# `import tensorflowonspark` / `import tfmesos2` give tfcoord's APIs (a .pth file; see tfcoord/aliases.py).
+	$(PY) -m pip install --quiet --no-deps ./aliases
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -729,9 +729,14 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
     else:
         coordinator, secret = None, None
         logging.getLogger("tfcoord.coordinator").setLevel(max(logging.WARNING, logging.getLogger().level))
+    from tfcoord import aliases
     from tfcoord.node.script import ScriptFailed
     from tfcoord.node.spark import submit_script
     from tfcoord.node.tlsfiles import TlsFiles
+
+    # TensorFlowOnSpark's scripts import `tensorflowonspark`: tfcoord's, unless a real one is installed.
+    aliases.install()
+    _emit(aliases.describe("tensorflowonspark"))
 
     # The nodes reach a TLS coordinator as we do: the same files (checked above by
     # _client_config), by path, read by each node when it starts.

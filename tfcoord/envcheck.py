@@ -535,6 +535,22 @@ def check_coordinator(
     return Result(OK, "coordinator", f"{address} reachable{over} and authenticated ({len(jobs)} job(s))")
 
 
+def check_aliases() -> list[Result]:
+    """Which ``tensorflowonspark`` / ``tfmesos2`` an ``import`` gives here (tfcoord.aliases)."""
+    from tfcoord import aliases
+
+    out = []
+    for top in aliases.ALIASES:
+        detail = aliases.describe(top).partition(": ")[2]
+        if aliases.real_location(top) is not None or aliases.installed():
+            out.append(Result(OK, f"import {top}", detail))
+        else:
+            out.append(Result(WARN, f"import {top}", "not importable on this driver (executors get "
+                              "tfcoord's alias from TFCluster.run)", "pip install ./aliases, or run under "
+                              "tfcoord submit"))  # fmt: skip
+    return out
+
+
 def run_checks(
     env: Mapping[str, str],
     *,
@@ -555,5 +571,6 @@ def run_checks(
         *check_spark(env, spark),
         check_gpus(env),
         *check_background(env, platform),
+        *check_aliases(),
         check_coordinator(address, secret_file, ssl_context, tls_problem=tls_problem, timeout_s=timeout_s),
     ]

@@ -52,6 +52,9 @@ def sc(spark_bin: Path, gpu_lock_dir: Path) -> Iterator[object]:
             .set("spark.executorEnv.PATH", f"{spark_bin}:{os.environ['PATH']}")
             .set("spark.executorEnv.TF_CPP_MIN_LOG_LEVEL", "2")
             .set("spark.executorEnv.TFCOORD_GPU_LOCK_DIR", str(gpu_lock_dir))
+            # Executors as on a cluster without tfcoord-aliases installed: `import
+            # tensorflowonspark` there must work through what the driver ships (tfcoord.aliases).
+            .set("spark.executorEnv.TFCOORD_ALIASES", "off")
         )
         context = SparkContext(conf=conf)
         context.setLogLevel("ERROR")

@@ -313,3 +313,39 @@ def tfos_style(args: Any, ctx: Any) -> None:
         "records": n,
     }
     Path(args.out, "tfos.json").write_text(json.dumps(data))
+
+
+def raise_after_first_batch(args: Any, ctx: Any) -> None:
+    """TensorFlowOnSpark's test_inputmode_spark_exception: answer one batch, then raise."""
+    import tensorflow as tf
+
+    from tfcoord.compat.tensorflowonspark import TFNode
+
+    feed = TFNode.DataFeed(ctx.mgr, False)
+    while not feed.should_stop():
+        batch = feed.next_batch(10)
+        if batch:
+            feed.batch_results(tf.square(tf.constant(batch, dtype=tf.int64)).numpy().tolist())
+            raise Exception("FAKE exception during feeding")
+
+
+def train_and_record_pid(args: Any, ctx: Any) -> dict[str, Any]:
+    """Consume the training feed; say which process did (the background node's map_fun)."""
+    feed = ctx.get_data_feed()
+    n = 0
+    Path(args.out, f"pid-{ctx.executor_id}").write_text(str(os.getpid()))
+    while not feed.should_stop():
+        n += len(feed.next_batch(100))
+    _record(args, ctx, consumed=n)
+    return {"records": n}
+
+
+def tfos_imports(args: Any, ctx: Any) -> None:
+    """TensorFlowOnSpark's examples import it inside map_fun: which module does that give?"""
+    import tensorflowonspark
+    from tensorflowonspark import TFNode
+
+    import tfcoord.compat.tensorflowonspark as compat
+
+    _record(args, ctx, same=tensorflowonspark is compat and TFNode is compat.TFNode,
+            name=tensorflowonspark.__name__)  # fmt: skip

@@ -100,17 +100,73 @@ def test_a_trainer_that_stops_reading_times_out_naming_node_and_queue(sc, tmp_pa
         cluster.shutdown()
 
 
-def test_two_fed_workers_without_a_free_slot_each_are_refused(sc, tmp_path):
-    # Both executors' slots hold the two workers: feeding them could only deadlock.
+def test_tensorflowonspark_slot_shape_trains_and_infers_on_two_one_core_executors(sc, tmp_path):
+    # 2 executors x 1 core, 2 fed nodes: each node gives its task slot back once map_fun
+    # runs, and the feeding tasks run in those same slots.
+    assert tfs.await_task_slots(sc, 2) == 2
+    cluster = tfs.run(sc, mapfuns.train_and_record_pid, args_for(tmp_path), 2, 0, input_mode=SPARK)
+    assert sc.statusTracker().getActiveJobsIds() == []  # no Spark task holds a node
+    cluster.train(sc.parallelize(range(1000), 4), num_epochs=2, feed_timeout=60)
+    status = cluster.shutdown(grace_secs=60)
+    assert status["state"] == "SUCCEEDED"
+    assert sum(n["meta"]["result.records"] for n in status["nodes"]) == 2000
+    assert all(n["meta"]["result.records"] > 0 for n in status["nodes"])
+    assert not any(alive(int((tmp_path / f"pid-{i}").read_text())) for i in range(2))
+
+    cluster = tfs.run(sc, mapfuns.infer_squares, args_for(tmp_path), 2, 0, input_mode=SPARK)
+    try:
+        assert cluster.inference(sc.parallelize(range(1000), 10)).sum() == sum(x * x for x in range(1000))
+    finally:
+        assert cluster.shutdown(grace_secs=60)["state"] == "SUCCEEDED"
+
+
+def test_an_abandoned_failed_cluster_never_blocks_the_next_run(sc, tmp_path):
+    # TensorFlowOnSpark's test_inputmode_spark_exception: an inference that raises, no shutdown().
+    rdd = sc.parallelize([[x] for x in range(1000)], 10)
+    t0 = time.monotonic()
+    # The first error is the node's, or a feed timeout (feed_timeout=1 is shorter than a
+    # TensorFlow import): either ends the job, and every node with it.
+    with pytest.raises(Exception, match=r"FAKE exception during feeding|feed_timeout"):
+        cluster = tfs.run(sc, mapfuns.raise_after_first_batch, {}, 2, 0, input_mode=SPARK)
+        cluster.inference(rdd, feed_timeout=1).count()
+    st = cluster.driver.await_job(cluster.job, 30, raise_on_failure=False)
+    assert st["state"] in ("FAILED", "STOPPED")
+    # Every node of the abandoned cluster has ended, and the next run finds the executors free.
+    nxt = tfs.run(sc, mapfuns.infer_squares, args_for(tmp_path), 2, 0, input_mode=SPARK,
+                  reservation_timeout=60)  # fmt: skip
+    try:
+        assert nxt.inference(sc.parallelize(range(100), 4)).sum() == sum(x * x for x in range(100))
+    finally:
+        nxt.shutdown()
+    assert time.monotonic() - t0 < 90
+
+
+def test_a_dead_background_node_fails_the_job_fast(sc, tmp_path):
+    import os
+    import signal
+
     cluster = tfs.run(sc, mapfuns.never_read, args_for(tmp_path), 2, 0, input_mode=SPARK)
     try:
-        with pytest.raises(
-            ValueError, match=r"feeding needs 2 free Spark task slot\(s\).*spark\.executor\.cores=2"
-        ):
-            cluster.train(sc.parallelize(range(10), 2))
+        st = cluster.driver.status(cluster.job)
+        deadline = time.monotonic() + 60
+        while not all("child_pid" in n["meta"] for n in st["nodes"]):  # RUNNING: map_fun has started
+            assert time.monotonic() < deadline
+            st = cluster.driver.watch(cluster.job, st["version"], 1.0)
+        victim = next(n for n in st["nodes"] if n["executor_id"] == 1)
+        os.kill(int(victim["meta"]["child_pid"]), signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(JobFailed, match=r"(?s)worker:1 .*killed by signal 9"):
+            cluster.driver.await_job(cluster.job, 60)
+        assert time.monotonic() - t0 < 5.0
+        other = next(n for n in st["nodes"] if n["executor_id"] == 0)
+        deadline = time.monotonic() + 30  # told to stop: map_fun's feed stops, then it is terminated
+        while alive(int(other["meta"]["child_pid"])):
+            assert time.monotonic() < deadline, "the surviving node was left running"
+            time.sleep(0.1)
     finally:
         (tmp_path / "done").touch()
-        cluster.shutdown(grace_secs=30)
+        with pytest.raises(JobFailed):
+            cluster.shutdown()
 
 
 def test_feeding_a_tensorflow_mode_cluster_is_refused(sc, tmp_path):

@@ -276,6 +276,34 @@ def test_tensorflowonspark_driver_code_runs_unchanged(sc, tmp_path):
         assert loaded(tf.constant([3.0])).numpy().tolist() == [7.0]
 
 
+def test_tensorflowonspark_imports_work_on_executors_without_an_install(sc, tmp_path):
+    from tfcoord import aliases
+
+    if aliases.real_location("tensorflowonspark") is not None:
+        pytest.skip("a real TensorFlowOnSpark is installed here (make bench): the alias rightly steps aside")
+    aliases.install()  # the driver imported tensorflowonspark through the alias (.pth or tfcoord submit)
+    import tensorflowonspark
+    from tensorflowonspark import TFCluster
+
+    cluster = TFCluster.run(sc, mapfuns.tfos_imports, args_for(tmp_path), 2, 0)
+    assert cluster.shutdown()["state"] == "SUCCEEDED"
+    for i in range(2):  # inside map_fun: the node installed the finder before calling it
+        rec = json.loads((tmp_path / f"{i}.json").read_text())
+        assert rec["same"] and rec["name"] == "tfcoord.compat.tensorflowonspark"
+
+    def in_a_plain_task(x: int) -> str:  # no node here: the shipped shim answers the import
+        import os
+
+        import tensorflowonspark.TFNode as tfnode
+
+        import tfcoord.compat.tensorflowonspark.TFNode as compat_tfnode
+
+        return f"{x}:{tfnode is compat_tfnode}:{os.environ.get('TFCOORD_ALIASES')}"
+
+    assert sc.parallelize(range(4), 2).map(in_a_plain_task).collect() == [f"{i}:True:off" for i in range(4)]
+    assert tensorflowonspark.TFCluster is TFCluster
+
+
 FAKE_NVIDIA_SMI = """#!/bin/sh
 case "$*" in
   *query-gpu*) printf '0, GPU-aaaa, 16000, 10, 15990\\n1, GPU-bbbb, 16000, 12000, 4000\\n' ;;

@@ -36,18 +36,18 @@ def test_assignment_needs_a_fed_node():
 
 
 def test_feeding_needs_a_free_slot_per_fed_node():
-    fw.check_slots(slots=2, node_tasks=1, fed_nodes=1)  # one node, one feeder
-    fw.check_slots(slots=4, node_tasks=2, fed_nodes=2)
+    fw.check_slots(slots=2, node_tasks=0, fed_nodes=2)  # TensorFlowOnSpark's shape: background nodes
+    fw.check_slots(slots=2, node_tasks=1, fed_nodes=1)  # a node holding its slot, one feeder
     fw.check_slots(slots=3, node_tasks=2, fed_nodes=1)  # a ps and a worker: one fed node
     # Two synchronous workers and one free slot: worker 0's feeder holds it while worker 0
     # waits in all-reduce for worker 1, whose partition then never gets a slot.
     with pytest.raises(ValueError) as e:
         fw.check_slots(slots=3, node_tasks=2, fed_nodes=2)
     msg = str(e.value)
-    assert "feeding needs 2 free Spark task slot(s)" in msg and "leaving 1" in msg
-    assert "at least 4 slots" in msg and "spark.executor.cores=2" in msg and "4 executors" in msg
-    with pytest.raises(ValueError, match="leaving 0"):
-        fw.check_slots(slots=1, node_tasks=1, fed_nodes=1)
+    assert "training needs 2 free Spark task slot(s)" in msg and "leaving 1" in msg
+    assert "at least 4 slots" in msg and "hold 2 of them" in msg
+    with pytest.raises(ValueError, match=r"has 1 slot\(s\), leaving 1"):
+        fw.check_slots(slots=1, node_tasks=0, fed_nodes=2)
 
 
 # -- batching -----------------------------------------------------------------------------

@@ -81,6 +81,9 @@ class FeedServer:
         node: how errors name this node (``worker:0 (executor 1, host h)``).
         on_terminate: called once with a reason when ``DataFeed.terminate()`` runs, to ask
             the coordinator to stop the job.
+        on_stall: called once with the message when an inference queue's consumer stalled for
+            its ``feed_timeout``: the feeding Spark job fails (lazily, in the user's action),
+            so the job must end too, or its nodes would wait for data that never comes.
     """
 
     def __init__(
@@ -90,12 +93,14 @@ class FeedServer:
         job: str,
         node: str,
         on_terminate: Callable[[str], None] | None = None,
+        on_stall: Callable[[str], None] | None = None,
     ) -> None:
         self._listener = listener
         self._token = token
         self._job = job
         self.node = node
         self._on_terminate = on_terminate
+        self._on_stall = on_stall
         self._cond = threading.Condition()
         self._queues: dict[str, FeedQueue] = {}
         self._conns: dict[int, _Conn] = {}
@@ -397,6 +402,13 @@ class FeedServer:
                         q.drop(c.pid)
                         del self._conns[c.pid]
                         stalled.append((c, frame))
+            # Inference only: a training feeder retried by Spark would be told "stop" and end
+            # quietly, hiding the timeout; the driver's train() ends a training job itself.
+            if self._on_stall is not None and any(not c.train for c, _ in stalled):
+                on_stall, self._on_stall = self._on_stall, None
+                threading.Thread(
+                    target=on_stall, args=(message,), name="tfcoord-feed-stall", daemon=True
+                ).start()
             for c, frame in stalled:
                 c.send(frame)
                 try:

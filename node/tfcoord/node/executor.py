@@ -85,6 +85,9 @@ class NodeSpec:
     feed: bool = False
     #: TLS toward the coordinator: files each node reads once, when it starts.
     tls: TlsFiles | None = None
+    #: Run in the background of the executor and give the Spark task back once map_fun
+    #: runs (InputMode.SPARK: the feeding tasks need the slot; see :mod:`.background`).
+    background: bool = False
 
 
 def _requested_gpus(tf_args: Any) -> tuple[int, bool]:
@@ -122,10 +125,32 @@ def result_meta(value: Any) -> dict[str, str | int | float]:
     return out
 
 
-def _request_stop(spec: NodeSpec, reason: str, ssl_context: ssl.SSLContext | None = None) -> None:
-    """Ask the coordinator to stop this node's job (``DataFeed.terminate()``)."""
-    with Client(spec.address, spec.token, role="node", job=spec.job, ssl_context=ssl_context).connect() as c:
-        c.request(lambda i: m.StopJob(id=i, job=spec.job, reason=reason[: m.MAX_TEXT_LEN]))
+def _request_stop(spec: NodeSpec, reason: str, ssl_context: ssl.SSLContext | None = None,
+                  quiet: bool = False) -> None:  # fmt: skip
+    """Ask the coordinator to stop this node's job (``DataFeed.terminate()``, a stalled feed).
+
+    ``quiet``: from a background thread; a failure is only printed (the job may have ended).
+    """
+    try:
+        with Client(
+            spec.address, spec.token, role="node", job=spec.job, ssl_context=ssl_context
+        ).connect() as c:
+            c.request(lambda i: m.StopJob(id=i, job=spec.job, reason=reason[: m.MAX_TEXT_LEN]))
+    except Exception as e:
+        if not quiet:
+            raise
+        print(
+            f"tfcoord: could not ask the coordinator to stop job {spec.job}: {e}", file=sys.stderr, flush=True
+        )
+
+
+def _install_aliases() -> None:
+    """``import tensorflowonspark`` inside map_fun gives tfcoord's (see tfcoord.aliases)."""
+    try:
+        from tfcoord import aliases
+    except ImportError:  # the node runtime alone: no compat modules to alias
+        return
+    aliases.install()
 
 
 def _child(
@@ -154,11 +179,14 @@ def _child(
             from .datafeed import FeedServer
 
             feed = FeedServer(
-                feed_sock, spec.token, spec.job, node, lambda r: _request_stop(spec, r, ssl_context)
-            ).start()
+                feed_sock, spec.token, spec.job, node,
+                on_terminate=lambda r: _request_stop(spec, r, ssl_context),
+                on_stall=lambda r: _request_stop(spec, r, ssl_context, quiet=True),
+            ).start()  # fmt: skip
             ctx._feed = feed
         # The port must be ours alone from here: wait until the parent closed its copy.
         parent_released.wait()
+        _install_aliases()
         if spec.release_port:
             ctx.release_port()
         result = spec.map_fun(spec.tf_args, ctx)
@@ -401,6 +429,32 @@ def spark_partition(spec: NodeSpec) -> Callable[[Iterable[int]], None]:
         task_id = (
             f"stage {tc.stageId()} partition {tc.partitionId()} TID {tc.taskAttemptId()}" if tc else "driver"
         )
-        run_node(spec, ids[0], attempt, task_id, tc.resources() if tc else None)
+        resources = tc.resources() if tc else None
+        if not spec.background:
+            run_node(spec, ids[0], attempt, task_id, resources)
+            return
+        from .background import BackgroundNodeFailed, run_in_background
+
+        try:
+            run_in_background(
+                lambda started: _background_node(spec, ids[0], attempt, task_id, resources, started)
+            )
+        except BackgroundNodeFailed as e:
+            raise NodeFailed(str(e)) from None
 
     return run
+
+
+def _background_node(spec: NodeSpec, executor_id: int, attempt: int, task_id: str, resources: Any,
+                     started: Callable[[], None]) -> None:  # fmt: skip
+    """A background node's process (see :mod:`.background`): ``started()`` once map_fun runs."""
+    role, index = spec.slots[executor_id]
+    try:
+        sup = start_node(spec, executor_id, attempt, task_id, resources)
+        if sup.wait_running():
+            started()
+        outcome = sup.wait()
+    except TfcoordError as e:
+        raise NodeFailed(f"{role}:{index} (executor {executor_id}): {e}") from None
+    if outcome.state == FAILED:
+        raise NodeFailed(f"{role}:{index} (executor {executor_id}) failed:\n{outcome.error}")

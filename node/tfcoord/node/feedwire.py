@@ -110,20 +110,19 @@ def assign(partition: int, num_nodes: int) -> int:
 
 
 def check_slots(slots: int, node_tasks: int, fed_nodes: int) -> None:
-    """Refuse to feed a cluster that could deadlock for want of Spark task slots.
+    """Refuse to train a cluster that could only deadlock for want of Spark task slots.
 
-    Each node holds its task slot for as long as it runs, and a feeding task holds one
-    until its node has consumed the partition. Synchronous training
-    (MultiWorkerMirroredStrategy) blocks a node in every step until all nodes take part,
-    so every fed node needs a feeding task of its own running at once: with fewer free
-    slots than fed nodes, the nodes that got data block in their first all-reduce while
-    the feeding tasks of the others wait for a slot that never frees (FeedTimeout). Partitions
-    0..N-1 go to nodes 0..N-1 (:func:`assign`) and Spark starts a stage's tasks in
-    partition order, so N free slots start one feeder per node.
+    Synchronous training (MultiWorkerMirroredStrategy) blocks a node in every step until
+    all nodes take part, so every fed node needs a feeding task of its own running at
+    once: with fewer free slots than fed nodes, the nodes that got data block in their
+    first all-reduce while the feeding tasks of the others wait for a slot that never
+    frees. Partitions 0..N-1 go to nodes 0..N-1 (:func:`assign`) and Spark starts a
+    stage's tasks in partition order, so N free slots start one feeder per node.
 
     Args:
         slots: the application's task slots (Spark's maxNumConcurrentTasks).
-        node_tasks: those the nodes hold (nodes run on executors, not on the driver).
+        node_tasks: those the nodes hold while feeding runs (0 for background nodes,
+            InputMode.SPARK's; nodes on the driver hold none either).
         fed_nodes: the chief, master and worker nodes, which each take a share of the data.
 
     Raises:
@@ -132,13 +131,13 @@ def check_slots(slots: int, node_tasks: int, fed_nodes: int) -> None:
     free = slots - node_tasks
     if free >= fed_nodes:
         return
+    held = f"the {node_tasks} TensorFlow node(s) hold {node_tasks} of them, " if node_tasks else ""
     raise ValueError(
-        f"feeding needs {fed_nodes} free Spark task slot(s), one feeding task per fed node running at "
-        f"once (synchronous training waits for every node in each step), but the {node_tasks} TensorFlow "
-        f"node(s) hold {node_tasks} of the application's {slots} slot(s), leaving {max(free, 0)}. "
-        f"Give the application at least {node_tasks + fed_nodes} slots: e.g. spark.executor.cores=2 "
-        f"(each executor runs a node and a feeding task), or {node_tasks + fed_nodes} executors "
-        f"(spark.cores.max / spark.executor.instances) for the {node_tasks} node(s)"
+        f"training needs {fed_nodes} free Spark task slot(s), one feeding task per fed node running at "
+        f"once (synchronous training waits for every node in each step), but the application has "
+        f"{slots} slot(s), {held}leaving {max(free, 0)}. Give the application at least "
+        f"{node_tasks + fed_nodes} slots (spark.cores.max / spark.executor.instances x spark.executor.cores), "
+        f"e.g. one executor per node as TensorFlowOnSpark does"
     )
 
 

@@ -9,6 +9,7 @@ node and carrying its traceback. ``SparkCluster.shutdown`` awaits the end.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -16,7 +17,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfcoord.client import DriverClient, JobFailed, JobSpec, TfcoordError, auth, make_roles
@@ -89,6 +90,17 @@ def _coordinator(sc: Any, address: str | None, secret: bytes | None, tls: TlsFil
     return embedded.address, embedded.secret, None, embedded
 
 
+def _ship_aliases(sc: Any) -> None:
+    """A driver that imported ``tensorflowonspark`` through tfcoord's alias may run code on
+    executors that imports it too: make the name importable there (tfcoord.aliases)."""
+    try:
+        from tfcoord import aliases
+    except ImportError:  # only the node runtime is installed here: no alias in use
+        return
+    if aliases.installed():
+        aliases.ship_to_executors(sc)
+
+
 def _default_fs(sc: Any) -> str:
     fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS") or "file://"
     return fs[:-1] if fs.startswith("file://") and len(fs) > 7 and fs.endswith("/") else fs
@@ -149,6 +161,7 @@ def run(
             "the cluster needs at least one worker or a chief/master: raise num_executors or lower num_ps"
         )
     roles = make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
+    _ship_aliases(sc)
     spec = JobSpec(
         roles=roles,
         reservation_timeout_s=float(reservation_timeout),
@@ -175,6 +188,7 @@ def run(
             wait_timeout_s=float(reservation_timeout) + 60,
             feed=input_mode == InputMode.SPARK,
             tls=tls,
+            background=input_mode == InputMode.SPARK,
         )
         cluster = SparkCluster(sc, driver, job, spec, node, embedded, input_mode, tensorboard)
     except BaseException:
@@ -187,6 +201,8 @@ def run(
     try:
         cluster._launch(driver_ps_nodes, num_ps)
         cluster._await_ready()
+        if node.background:
+            cluster._await_launched()
     except BaseException:
         cluster._abort("the driver gave up waiting for the cluster")
         raise
@@ -274,6 +290,21 @@ class SparkCluster:
         self.status = st
         if st.state not in FORMED_JOB and st.state != JobState.SUCCEEDED:
             raise self._failure(st)
+
+    def _await_launched(self) -> None:
+        """Background nodes: wait until each node's Spark task has returned (its map_fun runs),
+        so the slots are free for the feeding tasks that come next.
+
+        A job that ended meanwhile (a map_fun that raised at once) ends the wait: the next
+        call on the cluster (train, inference, shutdown) raises its error, as in
+        TensorFlowOnSpark, where ``run`` returns before the nodes' functions fail.
+        """
+        deadline = time.monotonic() + self.spec.reservation_timeout_s + 60
+        for t in self._threads:
+            while t.is_alive() and time.monotonic() < deadline:
+                t.join(timeout=0.5)
+                if t.is_alive() and self.driver.status(self.job).terminal:
+                    return
 
     def follow(self, emit: Callable[[str], None], timeout_s: float = FOREVER_S) -> JobStatus:
         """Emit a line each time the job's summary changes (running, nodes done) until it ends.
@@ -387,6 +418,10 @@ class SparkCluster:
         try:
             if not self.driver.status(self.job).terminal:
                 self.driver.stop(self.job, reason)
+            if self.node.background:
+                # No Spark task holds a background node: it ends when it hears the stop, which
+                # it can only while the coordinator is up.
+                self._wait_until(lambda st: not any(n.live for n in st.nodes), STOP_WAIT_S)
         except TfcoordError:
             pass
         for t in self._threads:
@@ -418,8 +453,12 @@ class SparkCluster:
         )
         if not targets:
             raise ValueError(f"job {self.job} has no node that takes fed data (chief, master or worker)")
-        if feeding:  # Spark tasks will feed (the driver's own eof/stop messages take no slot)
-            feedwire.check_slots(_task_slots(self.sc), self._executor_nodes, len(targets))
+        if feeding and train:
+            # Synchronous training needs every fed node's feeding task running at once; the
+            # nodes themselves run in the background and hold no slot (inference nodes are
+            # independent: one slot feeds them all in turn).
+            held = 0 if self.node.background else self._executor_nodes
+            feedwire.check_slots(_task_slots(self.sc), held, len(targets))
         return FeedPlan(self.job, self.node.token, targets, qname, train, float(feed_timeout))
 
     def _feeding(self) -> bool:
@@ -459,7 +498,23 @@ class SparkCluster:
             return
         num_epochs = num_epochs or DEFAULT_EPOCHS
         rdd = self.sc.union([dataRDD] * num_epochs) if num_epochs > 1 else dataRDD
-        self._train_rdd(rdd, feed_timeout, qname)
+        with self._failing("cluster.train()"):
+            self._train_rdd(rdd, feed_timeout, qname)
+
+    @contextlib.contextmanager
+    def _failing(self, what: str) -> Iterator[None]:
+        """An error out of ``what`` ends the job, so no node is left waiting for data that
+        will never come (and the next ``run`` in this SparkContext finds every executor free)."""
+        try:
+            yield
+        except BaseException as e:
+            try:
+                if not self.driver.status(self.job).terminal:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    self.driver.stop(self.job, f"{what} raised {type(e).__name__}: {first}"[:1000])
+            except TfcoordError:
+                pass
+            raise
 
     def _train_rdd(self, rdd: Any, feed_timeout: float, qname: str) -> None:
         plan = self._feed_plan(qname, True, feed_timeout)
@@ -481,9 +536,9 @@ class SparkCluster:
         ``saveAsTextFile``) runs. Each node reads them with
         ``ctx.get_data_feed(train_mode=False)`` and answers each batch with ``batch_results``.
         """
-        return dataRDD.mapPartitionsWithIndex(
-            inference_partition(self._feed_plan(qname, False, feed_timeout))
-        )
+        with self._failing("cluster.inference()"):
+            plan = self._feed_plan(qname, False, feed_timeout)
+        return dataRDD.mapPartitionsWithIndex(inference_partition(plan))
 
     def _raise_feed_failure(self, e: Exception) -> None:
         """A feeding Spark job failed: raise the node's failure if that was the cause."""
@@ -503,7 +558,11 @@ class SparkCluster:
             pass
         if st is not None and st.state == JobState.FAILED:
             raise self._failure(st) from e
-        if st is not None and st.state in (JobState.STOPPING, JobState.STOPPED):
+        if (
+            st is not None
+            and st.state in (JobState.STOPPING, JobState.STOPPED)
+            and "FeedTimeout" not in summary
+        ):
             cause = [ln for ln in summary.splitlines() if "Error" in ln or "Stopped" in ln] or [summary]
             log.info("job %s is %s: feeding ended (%s)", self.job, st.state, cause[-1].strip()[:300])
             return
@@ -608,6 +667,7 @@ def parallel(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, use_barrie
             )
     default_fs = _default_fs(sc)
     working_dir = os.getcwd()
+    _ship_aliases(sc)
 
     def one(partition: Any) -> list[int]:
         from pyspark import TaskContext

@@ -1,8 +1,28 @@
 """``TFCluster.run`` and ``TFCluster.InputMode``, backed by tfcoord's coordinator."""
 
-from tfcoord.node.spark import InputMode, SparkCluster, run
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from tfcoord import aliases
+from tfcoord.node.spark import InputMode, SparkCluster
+from tfcoord.node.spark import run as _run
+
+log = logging.getLogger("tfcoord.compat")
 
 #: TensorFlowOnSpark's name for the object ``run`` returns.
 TFCluster = SparkCluster
+
+
+@functools.wraps(_run)
+def run(
+    sc: Any, map_fun: Any, tf_args: Any, num_executors: int, num_ps: int, *args: Any, **kwargs: Any
+) -> SparkCluster:
+    # Said once per cluster, so a log shows which TensorFlowOnSpark the program ran on.
+    log.info("%s", aliases.describe("tensorflowonspark"))
+    return _run(sc, map_fun, tf_args, num_executors, num_ps, *args, **kwargs)
+
 
 __all__ = ["InputMode", "TFCluster", "run"]
