@@ -324,90 +324,74 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
-async def _serve(cfg: ServeConfig) -> None:
-    from tfcoord.coordinator.journal import MemoryJournal, SqliteJournal
-    from tfcoord.coordinator.server import CoordinatorServer, ServerConfig
+def _service_config(cfg: ServeConfig) -> Any:
+    """The one frozen configuration of the service ``tfcoord serve`` runs."""
+    from tfcoord.coordinator.server import ServerConfig
+    from tfcoord.coordinator.service import WILDCARD_HOSTS, HttpConfig, ServiceConfig
 
-    journal = SqliteJournal(cfg.state_dir) if cfg.state_dir else MemoryJournal()
-    server = CoordinatorServer(
-        ServerConfig(
-            secret=cfg.secret,
-            host=cfg.host,
-            port=cfg.port,
-            ssl_context=cfg.ssl_context,
-            keep_finished_jobs=cfg.keep_finished_jobs,
-            keep_finished_s=cfg.keep_finished_s,
-            max_connections=cfg.max_connections,
-            max_unauthenticated=cfg.max_unauthenticated,
-        ),
-        journal,
+    engines: tuple[Any, ...] = ()
+    if cfg.mesos is not None:
+        from tfcoord.coordinator.mesos.plugin import MesosEngineFactory
+
+        engines = (MesosEngineFactory(cfg.mesos),)
+    http = None
+    if cfg.http_port is not None:
+        assert cfg.http_token is not None
+        http = HttpConfig(
+            token=cfg.http_token,
+            host=cfg.http_host,
+            port=cfg.http_port,
+            max_connections=cfg.http_max_connections,
+        )
+    server = ServerConfig(
+        secret=cfg.secret,
+        host=cfg.host,
+        port=cfg.port,
+        ssl_context=cfg.ssl_context,
+        keep_finished_jobs=cfg.keep_finished_jobs,
+        keep_finished_s=cfg.keep_finished_s,
+        max_connections=cfg.max_connections,
+        max_unauthenticated=cfg.max_unauthenticated,
     )
-    replayed = server.recover()
+    # Where Mesos tasks dial back: the bound host, or this host's name for a wildcard.
+    advertise = cfg.advertise_host or (socket.getfqdn() if cfg.host in WILDCARD_HOSTS else None)
+    return ServiceConfig(
+        server=server, state_dir=cfg.state_dir, http=http, engines=engines, advertise_host=advertise
+    )
+
+
+async def _serve(cfg: ServeConfig) -> None:
+    from tfcoord.coordinator.service import CoordinatorService, HttpStartError, ListenError
+
+    service = CoordinatorService(_service_config(cfg))
     try:
-        host, port = await server.start()
-    except OSError as e:  # the port is taken, or the host is not an address of this machine
+        await service.start()
+    except ListenError as e:  # the port is taken, or the host is not an address of this machine
         raise UsageError(
             f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}; another process (a "
             "running tfcoord serve?) holds the port: stop it, or pick another --port "
             "(0 picks a free one, see --port-file)"
         ) from None
+    except HttpStartError as e:  # the port is taken, or the host is not ours
+        raise UsageError(f"{e.strerror}; the coordinator did not start") from None
     log.info(
         "tfcoord %s coordinator listening on %s:%d (%d journal events replayed, state in %s)",
         __version__,
-        host,
-        port,
-        replayed,
+        service.host,
+        service.port,
+        service.replayed,
         cfg.state_dir or "memory",
     )
-    engine = None
-    http_runner = None
-    status = f"listening on {host}:{port}"
-    try:
-        if cfg.mesos is not None:
-            from tfcoord.coordinator.mesos.engine import MesosEngine
-
-            advertise = cfg.advertise_host or (
-                host if host not in ("0.0.0.0", "::", "") else socket.getfqdn()
-            )
-            # With a journal the framework outlives this process (a restart resubscribes and keeps its
-            # tasks); without one nothing could pick it up again, so it is torn down on shutdown.
-            starting = MesosEngine(
-                server, cfg.mesos, f"{advertise}:{port}", teardown_on_close=cfg.state_dir is None
-            )
-            await starting.start()
-            engine = starting
-        if cfg.http_port is not None:
-            from tfcoord.coordinator.http import start_http
-
-            assert cfg.http_token is not None
-            try:
-                http_runner, http_port = await start_http(
-                    server,
-                    cfg.http_host,
-                    cfg.http_port,
-                    cfg.http_token,
-                    cfg.ssl_context,
-                    max_connections=cfg.http_max_connections,
-                )
-            except OSError as e:  # the port is taken, or the host is not ours
-                raise UsageError(
-                    f"cannot serve HTTP on {cfg.http_host}:{cfg.http_port}: {e}; "
-                    "the coordinator did not start"
-                ) from None
-            status += f", HTTP on {cfg.http_host}:{http_port}"
-    except BaseException:
-        # Nothing half-started outlives a failed start: no framework left subscribed, no open port.
-        if engine is not None:
-            await engine.close()
-        await server.close()
-        raise
+    status = f"listening on {service.host}:{service.port}"
+    if service.http_port:
+        status += f", HTTP on {cfg.http_host}:{service.http_port}"
     _tune_gc()
     # The port files, like READY=1, say "serving": written only once every listener is up,
     # so a start that fails leaves none behind pointing at a dead coordinator.
     if cfg.port_file:
-        _write_port_file(cfg.port_file, port)
-    if cfg.http_port_file and http_runner is not None:
-        _write_port_file(cfg.http_port_file, http_port)
+        _write_port_file(cfg.port_file, service.port)
+    if cfg.http_port_file and service.http_port:
+        _write_port_file(cfg.http_port_file, service.http_port)
     _sd_notify(cfg.notify_socket, READY=1, STATUS=status)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -416,11 +400,7 @@ async def _serve(cfg: ServeConfig) -> None:
     await stop.wait()
     log.info("shutting down")
     _sd_notify(cfg.notify_socket, STOPPING=1, STATUS="shutting down")
-    if http_runner is not None:
-        await http_runner.cleanup()
-    if engine is not None:
-        await engine.close()
-    await server.close()
+    await service.close()
 
 
 def _sd_notify(socket_path: str | None, **fields: str | int) -> None:

@@ -190,6 +190,12 @@ def _f(check: Callable[[Any], None], **kw: Any) -> Any:
 # -- the job spec -------------------------------------------------------------------------
 
 
+#: Engines whose nodes the coordinator itself launches: a job of one of them is refused
+#: by a coordinator that does not run that engine, rather than left waiting for nodes
+#: nobody starts. Every other engine's nodes are started by the submitting side.
+COORDINATOR_ENGINES = frozenset({"mesos"})
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """What a driver submits: the cluster template and the job's timing policy.
@@ -209,7 +215,9 @@ class JobSpec:
     #: Roles whose failure or loss does not fail the job (e.g. "evaluator").
     tolerate_failure: tuple[str, ...] = ()
     name: str = ""
-    #: Who launches the nodes: local, spark, mesos or external. Shown to people only.
+    #: Who launches the nodes. ``spark``, ``local`` or ``external``: the submitting side
+    #: does. An engine in :data:`COORDINATOR_ENGINES` (``mesos``): the coordinator does, and
+    #: refuses the job (``no_engine``) unless it runs that engine.
     engine: str = "external"
     #: Free-form labels shown in status (Spark application id, user, ...).
     labels: Mapping[str, str | int | float] = dataclasses.field(default_factory=dict)

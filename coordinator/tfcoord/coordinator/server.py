@@ -79,10 +79,6 @@ ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 #: Outstanding requests per connection: a node needs ~3 (await_cluster, await_stop,
 #: heartbeat); a driver a few watches. More is a misbehaving client.
 MAX_PENDING_PER_CONNECTION = 64
-#: Engines whose nodes the coordinator itself launches: a job for one of them is refused
-#: unless this coordinator runs it (see ``CoordinatorServer.engines``), rather than left
-#: waiting for nodes nobody starts.
-COORDINATOR_ENGINES = frozenset({"mesos"})
 
 
 @dataclass(frozen=True)
@@ -459,9 +455,16 @@ class CoordinatorServer:
     """The coordinator: state machine + journal behind the TCP protocol."""
 
     def __init__(
-        self, config: ServerConfig, journal: Journal | None = None, state: s.CoordinatorState | None = None
+        self,
+        config: ServerConfig,
+        journal: Journal | None = None,
+        state: s.CoordinatorState | None = None,
+        engines: frozenset[str] = frozenset(),
     ) -> None:
         self.config = config
+        #: The engines this coordinator runs (see ``messages.COORDINATOR_ENGINES``): their
+        #: jobs are admitted, those of other coordinator engines refused.
+        self.engine_names = engines
         self.state = state or s.CoordinatorState(config.keep_finished_jobs, config.keep_finished_s)
         self.journal = journal or MemoryJournal()
         self.peers: dict[int, _Peer] = {}
@@ -484,7 +487,7 @@ class CoordinatorServer:
         #: Connections closed by the watchdog, by code (handshake, frame, idle timeout).
         self.timed_out: dict[str, int] = {}
         self.observers: list[ServerObserver] = []
-        #: Engines this coordinator runs (the Mesos framework registers itself as "mesos").
+        #: The running engines, by name (the Mesos framework registers itself as "mesos").
         self.engines: dict[str, Any] = {}
         self.stopped = asyncio.Event()
         self._handlers: dict[type, Any] = {
@@ -594,8 +597,8 @@ class CoordinatorServer:
             return
         if (
             isinstance(msg, m.Submit)
-            and msg.spec.engine in COORDINATOR_ENGINES
-            and msg.spec.engine not in self.engines
+            and msg.spec.engine in m.COORDINATOR_ENGINES
+            and msg.spec.engine not in self.engine_names
         ):
             peer.write(
                 m.Error(

@@ -1,0 +1,230 @@
+"""The coordinator service: server, journal, engines and HTTP API, assembled in one place.
+
+``tfcoord serve`` runs a :class:`CoordinatorService` under ``asyncio.run``; the embedded
+coordinator (:mod:`.embedded`) runs the same service on a loop in a background thread.
+Both build one frozen :class:`ServiceConfig` at their entry point and hand it over; the
+service owns start-up and the one shutdown order:
+
+* start: journal replayed, protocol listener bound, then each engine started (it may
+  launch nodes that dial the listener), then the HTTP API (it reads all of the above);
+* close: the reverse — HTTP first (no new reads of a state going away), engines (a Mesos
+  framework tears down or detaches), then the server, which closes connections and
+  commits and closes the journal last.
+
+A start that fails part-way closes what it had started, so nothing half-started outlives
+it: no framework left subscribed, no open port.
+
+Engines are the launchers of nodes that the coordinator itself runs (today: Mesos). Each
+plugs in through an :class:`EngineFactory` in the config; the server is told their names
+at construction, so it refuses a job of an engine it does not run (see
+``tfcoord.client.messages.DRIVER_ENGINES``) instead of leaving it waiting for nodes nobody
+starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .journal import Journal, MemoryJournal, SqliteJournal
+from .server import CoordinatorServer, ServerConfig
+
+log = logging.getLogger("tfcoord.coordinator")
+
+#: Hosts that mean "every interface": never an address a node can dial.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+class Engine(Protocol):
+    """A running launcher of nodes, started after the listener and closed before it."""
+
+    async def start(self) -> None:
+        """Start launching: for Mesos, subscribe as a framework (raises if it cannot)."""
+
+    async def close(self) -> None:
+        """Stop launching; release what the engine holds outside this process if it must."""
+
+
+class EngineFactory(Protocol):
+    """How the service builds one engine; frozen configuration, part of :class:`ServiceConfig`."""
+
+    #: The ``JobSpec.engine`` whose jobs this engine launches.
+    name: str
+
+    @property
+    def start_budget_s(self) -> float:
+        """How long the engine's start may take (its first connection to the outside)."""
+        ...
+
+    def create(self, server: CoordinatorServer, address: str, *, durable: bool) -> Engine:
+        """The engine for ``server``, whose nodes dial ``address``.
+
+        ``durable``: the coordinator keeps a journal, so a restarted coordinator picks up
+        what this engine leaves running; without one, close() must leave nothing behind.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """The HTTP API and dashboard (aiohttp), on a port of their own."""
+
+    #: The bearer token every route but ``/healthz`` asks for.
+    token: bytes
+    host: str = "127.0.0.1"
+    #: 0 picks a free port.
+    port: int = 0
+    #: Connections served at once, and the deadline for a whole request (None: the
+    #: defaults of ``tfcoord.coordinator.http.start_http``).
+    max_connections: int | None = None
+    keepalive_timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Everything a coordinator service is: built once, at the entry point."""
+
+    server: ServerConfig
+    #: The journal's directory (SQLite in WAL mode); None keeps state in memory.
+    state_dir: Path | None = None
+    #: None: no HTTP API.
+    http: HttpConfig | None = None
+    engines: tuple[EngineFactory, ...] = ()
+    #: The host nodes dial, when the listener's host is not one (a wildcard, an internal
+    #: interface); default: the listener's host, or 127.0.0.1 for a wildcard.
+    advertise_host: str | None = None
+
+    @property
+    def start_budget_s(self) -> float:
+        """How long a start may take: binding is quick; engines say what they need."""
+        return sum(e.start_budget_s for e in self.engines)
+
+
+class ListenError(OSError):
+    """The protocol listener could not bind its port (taken, or the host is not ours)."""
+
+
+class HttpStartError(OSError):
+    """The HTTP API could not bind its port (taken, or the host is not ours)."""
+
+
+class CoordinatorService:
+    """One running coordinator: ``await start()``, serve, ``await close()``.
+
+    Attributes (once started): ``server``, ``host`` and ``port`` of the listener, ``address``
+    (what nodes dial), ``http_port`` (0 without HTTP), ``replayed`` (journal events).
+    """
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.server: CoordinatorServer | None = None
+        self.engines: list[Engine] = []
+        self.host = ""
+        self.port = 0
+        self.http_port = 0
+        self.replayed = 0
+        self._http_runner: Any = None
+        self._http: HttpConfig | None = None
+        self._closed = False
+
+    @property
+    def address(self) -> str:
+        """``host:port`` that nodes and drivers dial."""
+        host = self.config.advertise_host or self.config.server.host
+        if host in WILDCARD_HOSTS:
+            host = "127.0.0.1"
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.server is not None and not self._closed
+
+    async def start(self) -> CoordinatorService:
+        """Replay, listen, start the engines, then serve HTTP.
+
+        Raises:
+            ListenError: the listener's port cannot be bound.
+            HttpStartError: the HTTP API's port cannot be bound.
+            Exception: an engine could not start (a MesosError says why).
+        """
+        cfg = self.config
+        journal: Journal = SqliteJournal(cfg.state_dir) if cfg.state_dir else MemoryJournal()
+        self.server = CoordinatorServer(cfg.server, journal, engines=frozenset(e.name for e in cfg.engines))
+        try:
+            self.replayed = self.server.recover()
+            try:
+                self.host, self.port = await self.server.start()
+            except OSError as e:
+                raise ListenError(e.errno, e.strerror or str(e)) from None
+            for factory in cfg.engines:
+                engine = factory.create(self.server, self.address, durable=cfg.state_dir is not None)
+                await engine.start()
+                self.engines.append(engine)
+            if cfg.http is not None:
+                await self.start_http(cfg.http)
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def start_http(self, http: HttpConfig) -> int:
+        """Serve the HTTP API (if not already); returns its port.
+
+        A coordinator has one HTTP server: asking again for the same one returns its port.
+
+        Raises:
+            ValueError: it already serves with another token, host or port.
+            HttpStartError: the port cannot be bound.
+        """
+        import hmac
+
+        from .http import start_http  # aiohttp's web stack only when asked for
+
+        assert self.server is not None, "start() the service first"
+        if self._http is not None:
+            if not hmac.compare_digest(self._http.token, http.token):
+                raise ValueError(
+                    f"the HTTP API of this coordinator already serves on port {self.http_port} with "
+                    "another bearer token; it keeps the first one (start a new coordinator to change it)"
+                )
+            if http.host != self._http.host or http.port not in (0, self.http_port):
+                raise ValueError(
+                    f"the HTTP API of this coordinator already serves on {self._http.host}:{self.http_port}, "
+                    f"not {http.host}:{http.port}; one coordinator has one HTTP server"
+                )
+            return self.http_port
+        try:
+            limits = {
+                k: v
+                for k, v in (
+                    ("max_connections", http.max_connections),
+                    ("keepalive_timeout_s", http.keepalive_timeout_s),
+                )
+                if v is not None
+            }
+            self._http_runner, self.http_port = await start_http(
+                self.server, http.host, http.port, http.token, self.config.server.ssl_context, **limits
+            )
+        except OSError as e:
+            raise HttpStartError(e.errno, f"cannot serve HTTP on {http.host}:{http.port}: {e}") from None
+        self._http = http
+        return self.http_port
+
+    async def close(self) -> None:
+        """Stop serving, in the one order (see the module's docstring). Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        runner, self._http_runner = self._http_runner, None
+        if runner is not None:
+            await runner.cleanup()
+        while self.engines:
+            engine = self.engines.pop()
+            try:
+                await engine.close()
+            except Exception:  # the server must close all the same: its journal holds the truth
+                log.exception("closing engine %r failed", engine)
+        if self.server is not None:
+            await self.server.close()
