@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from tfcoord.client.messages import MAX_TEXT_LEN, JobSpec
+from tfcoord.client.errors import LocalProtocolError
+from tfcoord.client.messages import MAX_COMMAND_CHARS, MAX_TEXT_LEN, JobSpec, LaunchSpec
 from tfcoord.coordinator.mesos.config import DEFAULT_IMAGE, MesosConfig, Volume, parse_masters
 from tfcoord.coordinator.mesos.errors import MesosConfigError
 from tfcoord.coordinator.mesos.jobs import MesosJob, RoleResources, parse_role
@@ -61,17 +62,22 @@ def test_bad_role_specs_are_refused_clearly(text: str, why: str) -> None:
         parse_role(text)
 
 
-def test_a_mesos_job_travels_in_its_job_spec_labels() -> None:
+def test_a_mesos_job_travels_in_its_job_spec_launch_spec() -> None:
     job = MesosJob.of(
         [parse_role("worker:2:cpus=2,mem=4096,gpus=1"), parse_role("ps:1")],
         ["python", "train.py", "--steps", "10"],
         "img:1",
         "rack:r1",
     )
-    spec = job.to_spec(name="demo", reservation_timeout_s=60.0)
+    spec = job.to_spec(name="demo", reservation_timeout_s=60.0, labels={"user": "ann"})
     assert spec.roles == (("ps", 1), ("worker", 2)) and spec.engine == "mesos"
-    assert spec.labels["mesos.role.worker"] == "cpus=2,mem=4096,gpus=1"
-    assert spec.labels["mesos.mode"] == "command"
+    assert spec.launch is not None and spec.launch.needs("worker") == {
+        "cpus": 2.0,
+        "mem": 4096.0,
+        "gpus": 1.0,
+    }
+    assert spec.launch.command == ("python", "train.py", "--steps", "10") and spec.launch.image == "img:1"
+    assert spec.labels == {"user": "ann"}  # labels stay the user's
     back = MesosJob.from_spec(JobSpec.from_wire(spec.to_wire()))
     assert back == job
     assert [back.slot(i).role for i in range(3)] == ["ps", "worker", "worker"]
@@ -81,14 +87,30 @@ def test_a_mesos_job_travels_in_its_job_spec_labels() -> None:
 def test_a_job_without_command_is_server_mode() -> None:
     job = MesosJob.of([parse_role("ps:1"), parse_role("worker:1")])
     assert job.server_mode and not job.gpus
-    assert job.to_spec().labels["mesos.mode"] == "server"
-    assert "mesos.command" not in job.to_spec().labels
+    spec = job.to_spec()
+    assert spec.launch is not None and spec.launch.command == ()
+    assert MesosJob.from_spec(spec).server_mode
 
 
-def test_a_command_too_long_for_a_label_says_what_to_do() -> None:
-    job = MesosJob.of([parse_role("worker:1")], ["python", "-c", "x" * MAX_TEXT_LEN])
+def test_a_long_command_travels_whole_and_a_huge_one_says_what_to_do() -> None:
+    long = ["python", "-c", "x" * (4 * MAX_TEXT_LEN)]  # over the old 1,024-character label
+    assert MesosJob.from_spec(MesosJob.of([parse_role("worker:1")], long).to_spec()).command == tuple(long)
+    huge = MesosJob.of([parse_role("worker:1")], ["python", "-c", "x" * MAX_COMMAND_CHARS])
     with pytest.raises(MesosConfigError, match="put it in a script"):
-        job.to_spec()
+        huge.to_spec()
+
+
+def test_a_launch_spec_of_another_version_is_refused_clearly() -> None:
+    wire = MesosJob.of([parse_role("worker:1")], ["true"]).to_spec().to_wire()
+    wire["launch"]["version"] = 2
+    with pytest.raises(LocalProtocolError, match="install matching tfcoord versions"):
+        JobSpec.from_wire(wire)
+
+
+def test_a_launch_spec_is_only_for_an_engine_the_coordinator_runs() -> None:
+    launch = LaunchSpec(resources=(("worker", (("cpus", 1.0),)),))
+    with pytest.raises(LocalProtocolError, match="the submitting side starts"):
+        JobSpec(roles=(("worker", 1),), engine="spark", launch=launch)
 
 
 def test_bad_constraints_are_refused_at_the_driver() -> None:
@@ -97,12 +119,15 @@ def test_bad_constraints_are_refused_at_the_driver() -> None:
 
 
 @pytest.mark.parametrize(
-    "labels",
-    [{"mesos.role.worker": "cpus=lots"}, {"mesos.command": "not json"}, {"mesos.command": "[1]"}],
+    ("resources", "why"),
+    [
+        ((("worker", (("cpus", 0.001),)),), "cpus must be a number >= 0.01"),
+        ((("worker", (("gpus", 1.5),)),), "must be a whole number"),
+    ],
 )
-def test_malformed_labels_are_a_config_error(labels: dict[str, str]) -> None:
-    spec = JobSpec(roles=(("worker", 1),), engine="mesos", labels=labels)
-    with pytest.raises(MesosConfigError):
+def test_resources_mesos_cannot_grant_are_a_config_error(resources, why: str) -> None:
+    spec = JobSpec(roles=(("worker", 1),), engine="mesos", launch=LaunchSpec(resources=resources))
+    with pytest.raises(MesosConfigError, match=why):
         MesosJob.from_spec(spec)
 
 

@@ -1154,6 +1154,7 @@ STATUS_KEYS = {
     "size",
     "roles",
     "labels",
+    "launch",
     "submitted_at",
     "ended_at",
     "error",

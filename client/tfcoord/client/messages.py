@@ -190,6 +190,117 @@ def _f(check: Callable[[Any], None], **kw: Any) -> Any:
 # -- the job spec -------------------------------------------------------------------------
 
 
+#: The encoding of :class:`LaunchSpec` this side writes; it reads no other (a newer driver
+#: against an older coordinator gets a clear refusal, not a misread job).
+LAUNCH_SPEC_VERSION = 1
+#: A task's command: arguments and characters. Generous (a command line, not a script),
+#: and small beside the frame limit, since every node's status carries the job spec.
+MAX_COMMAND_ARGS = 256
+MAX_COMMAND_CHARS = 32 * 1024
+#: Resource names a launch spec may ask for, per task.
+LAUNCH_RESOURCES = ("cpus", "mem", "gpus")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How the coordinator's engine launches each node of a job (today: Mesos tasks).
+
+    Travels in :attr:`JobSpec.launch`, typed and versioned, beside the job's roles.
+
+    Attributes:
+        resources: per role, in the job's role order, what each task needs:
+            ``(("worker", (("cpus", 2.0), ("mem", 4096.0), ("gpus", 1.0))), ...)``.
+        command: what each task runs; empty: server mode (a ``tf.distribute.Server``).
+        image: the container image; empty: the engine's default.
+        attributes: placement constraints (``key:value;key:value``).
+    """
+
+    resources: tuple[tuple[str, tuple[tuple[str, float], ...]], ...]
+    command: tuple[str, ...] = ()
+    image: str = ""
+    attributes: str = ""
+    version: int = LAUNCH_SPEC_VERSION
+
+    def __post_init__(self) -> None:
+        try:
+            self._validate()
+        except ValueError as e:
+            raise LocalProtocolError(f"invalid launch spec: {e}") from None
+
+    def _validate(self) -> None:
+        if self.version != LAUNCH_SPEC_VERSION:
+            raise ValueError(f"version {self.version!r} is not {LAUNCH_SPEC_VERSION}; install matching "
+                             "tfcoord versions on the driver and the coordinator")  # fmt: skip
+        if not isinstance(self.resources, tuple):
+            raise ValueError("resources must be a list of [role, [[name, amount], ...]] pairs")
+        for item in self.resources:
+            if not (isinstance(item, tuple) and len(item) == 2 and item[0] in ROLE_ORDER):
+                raise ValueError(
+                    f"resources must pair a role ({', '.join(ROLE_ORDER)}) with amounts, not {item!r}"
+                )
+            role, amounts = item
+            if not isinstance(amounts, tuple) or not all(
+                isinstance(a, tuple) and len(a) == 2 and a[0] in LAUNCH_RESOURCES for a in amounts
+            ):
+                raise ValueError(f"the resources of {role} must be [name, amount] pairs, names "
+                                 f"{', '.join(LAUNCH_RESOURCES)}")  # fmt: skip
+            for name, amount in amounts:
+                if (
+                    isinstance(amount, bool)
+                    or not isinstance(amount, (int, float))
+                    or not 0 <= amount < 2**40
+                ):
+                    raise ValueError(f"{role} {name} must be a number >= 0, not {amount!r}")
+        roles = [r for r, _ in self.resources]
+        if len(set(roles)) != len(roles):
+            raise ValueError(f"a role is listed twice: {', '.join(roles)}")
+        if not isinstance(self.command, tuple) or not all(isinstance(a, str) for a in self.command):
+            raise ValueError("command must be a list of strings")
+        if len(self.command) > MAX_COMMAND_ARGS or sum(map(len, self.command)) > MAX_COMMAND_CHARS:
+            raise ValueError(f"command is over {MAX_COMMAND_ARGS} arguments or {MAX_COMMAND_CHARS} characters: "
+                             "put it in a script (in the image, or fetched with the task) and run that")  # fmt: skip
+        for name in ("image", "attributes"):
+            try:
+                _text(MAX_TEXT_LEN)(getattr(self, name))
+            except ValueError as e:
+                raise ValueError(f"{name} {e}") from None
+
+    def needs(self, role: str) -> dict[str, float]:
+        """What each task of ``role`` asks for (empty when the spec names no amounts for it)."""
+        return dict(next((a for r, a in self.resources if r == role), ()))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "resources": [[r, [[n, v] for n, v in a]] for r, a in self.resources],
+            "command": list(self.command),
+            "image": self.image,
+            "attributes": self.attributes,
+        }
+
+    @classmethod
+    def from_wire(cls, m: Any) -> LaunchSpec:
+        if not isinstance(m, Mapping):
+            raise LocalProtocolError("invalid launch spec: must be a map")
+        extra = set(m) - {f.name for f in dataclasses.fields(cls)}
+        if extra:
+            raise LocalProtocolError(f"invalid launch spec: unexpected keys {sorted(map(str, extra))}")
+        kw = dict(m)
+        if isinstance(kw.get("resources"), (list, tuple)):
+            kw["resources"] = tuple(
+                (x[0], tuple(tuple(a) if isinstance(a, (list, tuple)) else a for a in x[1]))
+                if isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[1], (list, tuple))
+                else x
+                for x in kw["resources"]
+            )
+        if isinstance(kw.get("command"), list):
+            kw["command"] = tuple(kw["command"])
+        try:
+            return cls(**kw)
+        except TypeError as e:
+            raise LocalProtocolError(f"invalid launch spec: {e}") from None
+
+
 #: Engines whose nodes the coordinator itself launches: a job of one of them is refused
 #: by a coordinator that does not run that engine, rather than left waiting for nodes
 #: nobody starts. Every other engine's nodes are started by the submitting side.
@@ -221,6 +332,8 @@ class JobSpec:
     engine: str = "external"
     #: Free-form labels shown in status (Spark application id, user, ...).
     labels: Mapping[str, str | int | float] = dataclasses.field(default_factory=dict)
+    #: How the coordinator's engine launches the nodes; only for a coordinator engine.
+    launch: LaunchSpec | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -273,6 +386,17 @@ class JobSpec:
         for r in self.tolerate_failure:
             if r not in ROLE_ORDER:
                 raise ValueError(f"tolerate_failure names unknown role {r!r}")
+        if self.launch is not None:
+            if not isinstance(self.launch, LaunchSpec):
+                raise ValueError("launch must be a LaunchSpec")
+            if self.engine not in COORDINATOR_ENGINES:
+                raise ValueError(f"launch is for engines the coordinator runs ({', '.join(sorted(COORDINATOR_ENGINES))}), "
+                                 f"not {self.engine!r}, whose nodes the submitting side starts")  # fmt: skip
+            unknown = {r for r, _ in self.launch.resources} - seen
+            if unknown:
+                raise ValueError(
+                    f"launch gives resources for roles the job does not have: {', '.join(sorted(unknown))}"
+                )
 
     @property
     def size(self) -> int:
@@ -292,6 +416,7 @@ class JobSpec:
             "name": self.name,
             "engine": self.engine,
             "labels": dict(self.labels),
+            **({"launch": self.launch.to_wire()} if self.launch is not None else {}),
         }
 
     @classmethod
@@ -311,6 +436,8 @@ class JobSpec:
             if not isinstance(kw["tolerate_failure"], (list, tuple)):
                 raise LocalProtocolError("invalid job spec: tolerate_failure must be a list of roles")
             kw["tolerate_failure"] = tuple(kw["tolerate_failure"])
+        if kw.get("launch") is not None:
+            kw["launch"] = LaunchSpec.from_wire(kw["launch"])
         try:
             return cls(**kw)
         except TypeError as e:

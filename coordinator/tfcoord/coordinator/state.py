@@ -547,6 +547,7 @@ class CoordinatorState:
             "size": job.spec.size,
             "roles": [[r, c] for r, c in job.spec.roles],
             "labels": dict(job.spec.labels),
+            "launch": job.spec.launch.to_wire() if job.spec.launch is not None else None,
             "submitted_at": job.submitted_at,
             "ended_at": job.ended_at,
             "error": job.error,

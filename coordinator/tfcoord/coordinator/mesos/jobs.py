@@ -1,33 +1,27 @@
-"""A Mesos job: per-role resources, image and command, carried in its job spec's labels.
+"""A Mesos job: per-role resources, image and command, carried in its job spec's launch spec.
 
 A driver (``tfcoord submit --engine mesos``, ``tfmesos2.cluster``) builds a
 :class:`MesosJob` and submits ``job.to_spec()``: an ordinary :class:`JobSpec` with
-``engine="mesos"`` whose labels say what each role needs (``mesos.role.worker =
-"cpus=2,mem=4096,gpus=1"``), which image and command the tasks run, and the attribute
-constraints. The coordinator's Mesos engine reads them back with :meth:`MesosJob.from_spec`.
-Labels travel through the existing protocol and journal unchanged, and show in ``tfcoord
-status`` and the dashboard. Pure: no I/O, no aiohttp.
+``engine="mesos"`` whose typed, versioned :class:`~tfcoord.client.messages.LaunchSpec` says
+what each role needs, which image and command the tasks run, and the attribute
+constraints. The coordinator's Mesos engine reads it back with :meth:`MesosJob.from_spec`.
+Pure: no I/O, no aiohttp.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfcoord.client.messages import MAX_TEXT_LEN, ROLE_ORDER, SINGLETON_ROLES, JobSpec
+from tfcoord.client.errors import LocalProtocolError
+from tfcoord.client.messages import ROLE_ORDER, SINGLETON_ROLES, JobSpec, LaunchSpec
 
 from .errors import MesosConfigError
 from .offers import parse_constraints
 
 ENGINE = "mesos"
-LABEL_ROLE = "mesos.role."
-LABEL_COMMAND = "mesos.command"
-LABEL_IMAGE = "mesos.image"
-LABEL_ATTRIBUTES = "mesos.attributes"
-LABEL_MODE = "mesos.mode"
 #: Mesos refuses a task below its minimum allocatable share; 0.01 cpus and 32 MB are the
 #: master's defaults (``--min_allocatable_resources``).
 MIN_CPUS = 0.01
@@ -164,52 +158,36 @@ class MesosJob:
         raise IndexError(executor_id)
 
     def to_spec(self, **spec: Any) -> JobSpec:
-        """The job spec to submit; ``spec`` gives JobSpec's other fields (name, timeouts)."""
-        labels: dict[str, str | int | float] = dict(spec.pop("labels", {}) or {})
-        labels[LABEL_MODE] = "server" if self.server_mode else "command"
-        for r in self.roles:
-            labels[LABEL_ROLE + r.role] = r.resources_text()
-        if self.command:
-            text = json.dumps(list(self.command), separators=(",", ":"))
-            if len(text) > MAX_TEXT_LEN:
-                raise MesosConfigError(
-                    f"the command is {len(text)} characters as JSON; the limit is {MAX_TEXT_LEN}: "
-                    "put it in a script (fetched with the task's URIs, or in the image) and run that"
-                )
-            labels[LABEL_COMMAND] = text
-        if self.image:
-            labels[LABEL_IMAGE] = self.image
-        if self.attributes:
-            labels[LABEL_ATTRIBUTES] = self.attributes
+        """The job spec to submit; ``spec`` gives JobSpec's other fields (name, timeouts, labels)."""
+        needs = tuple(
+            (r.role, (("cpus", r.cpus), ("mem", r.mem), ("gpus", float(r.gpus)))) for r in self.roles
+        )
+        try:
+            launch = LaunchSpec(needs, self.command, self.image or "", self.attributes)
+        except LocalProtocolError as e:  # a command too long to travel: the message says what to do
+            raise MesosConfigError(str(e)) from None
         return JobSpec(
-            roles=tuple((r.role, r.count) for r in self.roles), engine=ENGINE, labels=labels, **spec
+            roles=tuple((r.role, r.count) for r in self.roles), engine=ENGINE, launch=launch, **spec
         )
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> MesosJob:
-        """Read a job spec's labels back.
+        """Read a job spec's launch spec back; a role it does not name gets the defaults.
 
         Raises:
-            MesosConfigError: the spec is not a Mesos job's, or its labels are malformed.
+            MesosConfigError: the spec is not a Mesos job's, or its resources do not fit Mesos.
         """
-        labels: Mapping[str, Any] = spec.labels
         if spec.engine != ENGINE:
             raise MesosConfigError(f"job spec is for engine {spec.engine!r}, not {ENGINE}")
+        launch = spec.launch or LaunchSpec(resources=())
         roles = []
         for role, count in spec.roles:
-            text = labels.get(LABEL_ROLE + role, "")
-            if not isinstance(text, str):
-                raise MesosConfigError(f"label {LABEL_ROLE + role} must be a string")
-            roles.append(parse_resources(role, count, text))
-        command: tuple[str, ...] = ()
-        if LABEL_COMMAND in labels:
-            try:
-                value = json.loads(str(labels[LABEL_COMMAND]))
-            except ValueError:
-                value = None
-            if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
-                raise MesosConfigError(f"label {LABEL_COMMAND} must be a JSON list of strings")
-            command = tuple(value)
-        image = labels.get(LABEL_IMAGE)
-        attributes = labels.get(LABEL_ATTRIBUTES, "")
-        return cls(tuple(roles), command, str(image) if image else None, str(attributes))
+            needs = launch.needs(role)
+            gpus = needs.get("gpus", 0.0)
+            if gpus != int(gpus):
+                raise MesosConfigError(
+                    f"{role}: gpus={gpus:g} must be a whole number (Mesos grants whole GPUs)"
+                )
+            roles.append(RoleResources(role, count, cpus=needs.get("cpus", DEFAULT_CPUS),
+                                       mem=needs.get("mem", DEFAULT_MEM_MB), gpus=int(gpus)))  # fmt: skip
+        return cls(tuple(roles), launch.command, launch.image or None, launch.attributes)
