@@ -28,7 +28,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Self, overload
 
-from . import auth, tls
+from . import auth, handshake, tls
 from . import messages as m
 from .errors import (
     AuthenticationFailed,
@@ -44,7 +44,7 @@ from .errors import (
 )
 from .protocol import CLOSED, NEED_DATA, Connection, decode_spec
 from .replies import JobList, JobStatus, JobSummary, Registration, Reported, StopAnswer, StopResult, Submitted
-from .vocab import FATAL_REFUSALS, TRANSIENT_CLOSES, ErrorCode, FailureReason, JobState, NodeState
+from .vocab import TRANSIENT_CLOSES, ErrorCode, FailureReason, JobState, NodeState
 
 log = logging.getLogger("tfcoord.client")
 
@@ -238,32 +238,11 @@ class Client:
             if self._ssl is not None:
                 sock = self._ssl.wrap_socket(sock, server_hostname=self._hostport[0])
             conn = Connection()
-            challenge = self._await_challenge(sock, conn)
-            if not isinstance(challenge, m.Challenge):
-                raise RemoteProtocolError(f"expected a challenge from the coordinator, got {challenge.op}")
-            if challenge.version != m.PROTOCOL_VERSION:
-                raise ProtocolError(
-                    f"coordinator speaks protocol version {challenge.version}, this client "
-                    f"{m.PROTOCOL_VERSION}; install matching tfcoord versions"
-                )
-            cnonce = auth.new_nonce()
-            proof = auth.client_proof(self._key, challenge.nonce, self.role, self.job)
-            hello = m.Hello(
-                version=m.PROTOCOL_VERSION, role=self.role, job=self.job, proof=proof, cnonce=cnonce
+            shake = handshake.Connecting(
+                self._key, self.role, self.job, m.PROTOCOL_VERSION, f"the coordinator at {self.address}"
             )
-            sock.sendall(conn.send(hello))
-            answer = _recv_one(sock, conn)
-            if isinstance(answer, m.Error):
-                if answer.code in FATAL_REFUSALS:
-                    raise AuthenticationFailed(answer.message)
-                raise ConnectionClosed(f"coordinator refused the connection: {answer.code}: {answer.message}")
-            if not isinstance(answer, m.Welcome):
-                raise RemoteProtocolError(f"expected welcome, got {answer.op}")
-            if not auth.verify(auth.server_proof(self._key, cnonce), answer.proof):
-                raise AuthenticationFailed(
-                    f"the server at {self.address} could not prove it knows the secret; "
-                    "it is not the coordinator you configured"
-                )
+            sock.sendall(conn.send(shake.hello(self._await_challenge(sock, conn))))
+            shake.welcome(_recv_one(sock, conn))
             sock.settimeout(None)  # the reader thread blocks; deadlines live in the futures
             if conn.buffered:
                 raise RemoteProtocolError("coordinator sent data before the first request")
@@ -315,8 +294,6 @@ class Client:
                 f"{self.address} answered with something that is not a tfcoord challenge ({e}); "
                 "is it a tfcoord coordinator, and do both sides agree on TLS?"
             ) from None
-        if isinstance(first, m.Error) and first.id is None:  # e.g. too_many_connections: back off
-            raise ConnectionClosed(f"coordinator refused the connection: {first.code}: {first.message}")
         sock.settimeout(HANDSHAKE_TIMEOUT_S)
         return first
 

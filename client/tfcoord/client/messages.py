@@ -54,6 +54,9 @@ ROLE_ORDER = ("ps", "chief", "master", "evaluator", "worker")
 #: Roles of which a cluster holds at most one task.
 SINGLETON_ROLES = frozenset({"chief", "master", "evaluator"})
 CLIENT_ROLES = ("node", "driver", "admin")
+#: Who may say hello: a coordinator's clients, and a Spark task feeding a node's feed port.
+FEEDER_ROLE = "feeder"
+HELLO_ROLES = (*CLIENT_ROLES, FEEDER_ROLE)
 NODE_REPORT_STATES = REPORT_STATES
 
 
@@ -546,7 +549,7 @@ class Hello(Message):
 
     op: ClassVar[str] = "hello"
     version: int = _f(_int(0, 2**16))
-    role: str = _f(_choice(CLIENT_ROLES))
+    role: str = _f(_choice(HELLO_ROLES))
     job: str | None = _f(_opt_ident)
     proof: bytes = _f(_bytes(32))
     cnonce: bytes = _f(_bytes(32))

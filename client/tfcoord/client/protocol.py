@@ -14,14 +14,15 @@ plain maps, lists, strings, bytes and numbers, and ``messages.decode`` validates
 each field. After any protocol error the connection is unusable; the caller sends
 an error frame (where possible) and closes.
 
-The asyncio server and the blocking client both use this class, so framing is
-written once.
+The asyncio server, the blocking client and both ends of the data feed use this
+class, so framing is written once.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgpack
@@ -188,10 +189,15 @@ class Connection:
 
     Args:
         max_frame_bytes: frames announcing a larger body are refused before it is read.
+        decode: turns a received map into a message: the coordinator protocol's table by
+            default; the data feed passes its own (``feedmessages.decode``), so both wires
+            share this framing.
     """
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 decode: Callable[[Any], messages.Message] = messages.decode) -> None:  # fmt: skip
         self.max_frame_bytes = max_frame_bytes
+        self._decode = decode
         self._buf = bytearray()
         self._peer_closed = False
         self._broken = False
@@ -250,7 +256,7 @@ class Connection:
             self._broken = True
             raise RemoteProtocolError(f"undecodable frame: {e}") from None
         try:
-            return messages.decode(obj)
+            return self._decode(obj)
         except RemoteProtocolError:
             self._broken = True
             raise

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from tfcoord.client import auth
 from tfcoord.client import messages as m
 from tfcoord.client.errors import LocalProtocolError, ProtocolError
+from tfcoord.client.handshake import Accepting, HandshakeRefused, KeyFor
 from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, ClusterReplyFrames, Connection
 from tfcoord.client.vocab import ErrorCode
 
@@ -209,7 +210,7 @@ class _Peer(asyncio.Protocol):
         # A hello's worth until the peer has proved itself (see ``authenticated``).
         self.proto = Connection(min(PRE_AUTH_MAX_FRAME_BYTES, server.config.max_frame_bytes))
         self.transport: asyncio.Transport | None = None
-        self.nonce = auth.new_nonce()
+        self.handshake = Accepting(m.PROTOCOL_VERSION, m.CLIENT_ROLES, server._key_for)
         self.role: str | None = None
         self.job: str | None = None
         self.pending = 0
@@ -255,7 +256,7 @@ class _Peer(asyncio.Protocol):
             return
         self._count_unauth(+1)
         srv.peers[self.id] = self
-        self.write(m.Challenge(version=m.PROTOCOL_VERSION, nonce=self.nonce))
+        self.write(self.handshake.challenge())
         self._connected_at = self.idle_since = now = self._loop.time()
         self.arm(now + srv.config.handshake_timeout_s)
 
@@ -616,37 +617,31 @@ class CoordinatorServer:
         self.apply(self._handlers[type(msg)](peer, msg, time.time()))
 
     def _hello(self, peer: _Peer, msg: m.Message) -> None:
-        if not isinstance(msg, m.Hello):
-            peer.fail(ErrorCode.PROTOCOL_ERROR, f"the first message must be hello, not {msg.op}")
+        try:
+            welcome = peer.handshake.accept(msg)
+        except HandshakeRefused as e:
+            if e.bad_proof:
+                self.auth_failures += 1
+            peer.fail(e.code, e.message)
             return
-        if msg.version != m.PROTOCOL_VERSION:
-            peer.fail(
-                ErrorCode.VERSION_MISMATCH,
-                f"client speaks protocol version {msg.version}, this "
-                f"coordinator {m.PROTOCOL_VERSION}; install matching tfcoord versions",
-            )
-            return
-        if msg.role == "node":
-            if not msg.job:
-                peer.fail(ErrorCode.AUTH_FAILED, "a node must name its job in hello")
-                return
-            key = auth.job_token(self.config.secret, msg.job)
-            what = f"the job token of {msg.job}"
-        else:
-            key = self.config.secret
-            what = "the coordinator secret"
-        if not auth.verify(auth.client_proof(key, peer.nonce, msg.role, msg.job), msg.proof):
-            self.auth_failures += 1
-            peer.fail(
-                ErrorCode.AUTH_FAILED,
-                f"authentication failed for a {msg.role} connection: the proof "
-                f"does not match {what}. Check the secret file (TFCOORD_SECRET_FILE)"
-                + (", and that the token belongs to this job" if msg.role == "node" else ""),
-            )
-            return
+        assert isinstance(msg, m.Hello)
         if not peer.authenticated(msg.role, msg.job):
             return
-        peer.write(m.Welcome(proof=auth.server_proof(key, msg.cnonce)))
+        peer.write(welcome)
+
+    def _key_for(self, role: str, job: str | None) -> KeyFor:
+        """What a peer claiming ``role`` (and ``job``) must prove it holds."""
+        if role == "node":
+            if not job:
+                raise HandshakeRefused(ErrorCode.AUTH_FAILED, "a node must name its job in hello")
+            return KeyFor(
+                auth.job_token(self.config.secret, job),
+                f"the job token of {job}",
+                ". Check the secret file (TFCOORD_SECRET_FILE), and that the token belongs to this job",
+            )
+        return KeyFor(
+            self.config.secret, "the coordinator secret", ". Check the secret file (TFCOORD_SECRET_FILE)"
+        )
 
     # -- effects ------------------------------------------------------------------------
 
