@@ -71,8 +71,9 @@ async def test_a_taken_http_port_fails_the_start_and_leaves_nothing_listening():
 async def test_an_engine_that_cannot_start_unwinds_the_listener():
     with socket.create_server(("127.0.0.1", 0)) as nobody:  # bound, never accepting: no master there
         master = f"http://127.0.0.1:{nobody.getsockname()[1]}"
-    mesos = MesosConfig(masters=(master,), python=sys.executable, first_subscribe_deadline_s=0.5,
-                        connect_timeout_s=0.5)  # fmt: skip
+    mesos = MesosConfig(
+        masters=(master,), python=sys.executable, first_subscribe_deadline_s=0.5, connect_timeout_s=0.5
+    )
     cfg = ServiceConfig(server=ServerConfig(secret=auth.new_secret()), engines=(MesosEngineFactory(mesos),))
     service = CoordinatorService(cfg)
     with pytest.raises(MesosError):

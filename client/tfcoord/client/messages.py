@@ -232,8 +232,10 @@ class LaunchSpec:
 
     def _validate(self) -> None:
         if self.version != LAUNCH_SPEC_VERSION:
-            raise ValueError(f"version {self.version!r} is not {LAUNCH_SPEC_VERSION}; install matching "
-                             "tfcoord versions on the driver and the coordinator")  # fmt: skip
+            raise ValueError(
+                f"version {self.version!r} is not {LAUNCH_SPEC_VERSION}; install matching "
+                "tfcoord versions on the driver and the coordinator"
+            )
         if not isinstance(self.resources, tuple):
             raise ValueError("resources must be a list of [role, [[name, amount], ...]] pairs")
         for item in self.resources:
@@ -245,8 +247,10 @@ class LaunchSpec:
             if not isinstance(amounts, tuple) or not all(
                 isinstance(a, tuple) and len(a) == 2 and a[0] in LAUNCH_RESOURCES for a in amounts
             ):
-                raise ValueError(f"the resources of {role} must be [name, amount] pairs, names "
-                                 f"{', '.join(LAUNCH_RESOURCES)}")  # fmt: skip
+                raise ValueError(
+                    f"the resources of {role} must be [name, amount] pairs, names "
+                    f"{', '.join(LAUNCH_RESOURCES)}"
+                )
             for name, amount in amounts:
                 if (
                     isinstance(amount, bool)
@@ -260,8 +264,10 @@ class LaunchSpec:
         if not isinstance(self.command, tuple) or not all(isinstance(a, str) for a in self.command):
             raise ValueError("command must be a list of strings")
         if len(self.command) > MAX_COMMAND_ARGS or sum(map(len, self.command)) > MAX_COMMAND_CHARS:
-            raise ValueError(f"command is over {MAX_COMMAND_ARGS} arguments or {MAX_COMMAND_CHARS} characters: "
-                             "put it in a script (in the image, or fetched with the task) and run that")  # fmt: skip
+            raise ValueError(
+                f"command is over {MAX_COMMAND_ARGS} arguments or {MAX_COMMAND_CHARS} characters: "
+                "put it in a script (in the image, or fetched with the task) and run that"
+            )
         for name in ("image", "attributes"):
             try:
                 _text(MAX_TEXT_LEN)(getattr(self, name))
@@ -393,8 +399,10 @@ class JobSpec:
             if not isinstance(self.launch, LaunchSpec):
                 raise ValueError("launch must be a LaunchSpec")
             if self.engine not in COORDINATOR_ENGINES:
-                raise ValueError(f"launch is for engines the coordinator runs ({', '.join(sorted(COORDINATOR_ENGINES))}), "
-                                 f"not {self.engine!r}, whose nodes the submitting side starts")  # fmt: skip
+                raise ValueError(
+                    f"launch is for engines the coordinator runs ({', '.join(sorted(COORDINATOR_ENGINES))}), "
+                    f"not {self.engine!r}, whose nodes the submitting side starts"
+                )
             unknown = {r for r, _ in self.launch.resources} - seen
             if unknown:
                 raise ValueError(

@@ -194,8 +194,11 @@ class Connection:
             share this framing.
     """
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 decode: Callable[[Any], messages.Message] = messages.decode) -> None:  # fmt: skip
+    def __init__(
+        self,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        decode: Callable[[Any], messages.Message] = messages.decode,
+    ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._decode = decode
         self._buf = bytearray()

@@ -188,6 +188,13 @@ class MesosJob:
                 raise MesosConfigError(
                     f"{role}: gpus={gpus:g} must be a whole number (Mesos grants whole GPUs)"
                 )
-            roles.append(RoleResources(role, count, cpus=needs.get("cpus", DEFAULT_CPUS),
-                                       mem=needs.get("mem", DEFAULT_MEM_MB), gpus=int(gpus)))  # fmt: skip
+            roles.append(
+                RoleResources(
+                    role,
+                    count,
+                    cpus=needs.get("cpus", DEFAULT_CPUS),
+                    mem=needs.get("mem", DEFAULT_MEM_MB),
+                    gpus=int(gpus),
+                )
+            )
         return cls(tuple(roles), launch.command, launch.image or None, launch.attributes)
