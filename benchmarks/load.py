@@ -51,12 +51,20 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests/fuzzframes.py
+sys.path.insert(0, str(ROOT / "benchmarks"))  # rendezvous.py (the burst phase's nodes)
 
 from tfcoord.client import DriverClient, JobSpec, auth, make_roles  # noqa: E402
 from tfcoord.client import messages as m  # noqa: E402
 from tfcoord.client.client import DEFAULT_HEARTBEAT_INTERVAL_S, backoff_delays  # noqa: E402
 from tfcoord.client.protocol import NEED_DATA, Connection, encode_frame  # noqa: E402
 
+#: How the coordinator process is started (``TFCOORD_BENCH_PROFILE=FILE`` runs it under
+#: cProfile, written when it stops; with several phases the last one's profile is kept).
+SERVE_PREFIX = (
+    [sys.executable, "-m", "cProfile", "-o", os.environ["TFCOORD_BENCH_PROFILE"], "-m", "tfcoord"]
+    if os.environ.get("TFCOORD_BENCH_PROFILE")
+    else [sys.executable, "-m", "tfcoord"]
+)
 #: A phase that takes this long past its own duration has failed.
 PHASE_TIMEOUT_S = 600.0
 #: Connects in flight per simulating process: 10,000 SYNs at once from one host overflow
@@ -99,9 +107,7 @@ class Coordinator:
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
-                    "-m",
-                    "tfcoord",
+                    *SERVE_PREFIX,
                     "--log-level",
                     "WARNING",
                     "serve",
@@ -305,9 +311,9 @@ class Beater:
         #: Which figures a round trip counts toward: "setup" (the registration storm and
         #: its settling), "steady" (the measured window), or None (not measured).
         self.phase: str | None = "setup"
-        self.latencies = {"setup": array("d"), "steady": array("d")}
+        self.latencies = {"setup": array("d"), "steady": array("d"), "burst": array("d")}
         #: Beats skipped because the previous one was still unanswered, per phase.
-        self.late = {"setup": 0, "steady": 0}
+        self.late = {"setup": 0, "steady": 0, "burst": 0}
         #: How late the wheel's ticks ran in the measured window: this process's own delay
         #: (a busy or starved simulator), as opposed to the coordinator's.
         self.tick_lag = array("d")
@@ -328,7 +334,7 @@ class Beater:
         loop = asyncio.get_running_loop()
         start, k = loop.time(), 0
         while not stop.is_set():
-            if self.phase == "steady":
+            if self.phase in ("steady", "burst"):
                 self.tick_lag.append(loop.time() - (start + k * self.TICK_S))
             for node in self.slots[k % len(self.slots)]:
                 if not node.beat() and self.phase is not None and node.transport is not None:
@@ -346,6 +352,7 @@ class Control:
     def __init__(self, pipe: Pipe) -> None:
         self.pipe = pipe
         self.go = asyncio.Event()  # start the measured window
+        self.burst = asyncio.Event()  # (burst phase) the other job's registrations begin
         self.halt = asyncio.Event()  # end it (before any process starts its final reports)
         self.stop = asyncio.Event()  # stop beating, report, hang up
         asyncio.get_running_loop().add_reader(pipe.fileno(), self._read)
@@ -547,6 +554,257 @@ async def _fuzz_worker(
     pipe.send((frames, time.monotonic() - t0, hung, bad))
 
 
+# -- the burst phase ---------------------------------------------------------------------------
+
+
+class Member:
+    """One node of a :class:`SharedConn`: what the Beater drives (see ``SimNode.beat``)."""
+
+    def __init__(self, conn: SharedConn, executor_id: int) -> None:
+        self.conn, self.executor_id = conn, executor_id
+        self.hb_t0: float | None = None
+        self.beater: Beater | None = None
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self.conn.transport
+
+    def beat(self) -> bool:
+        conn = self.conn
+        if self.hb_t0 is not None or conn.transport is None or conn.lost:
+            return False
+        hb_id = next(conn.ids)
+        conn.heartbeats[hb_id] = self
+        frame = encode_frame({"op": "heartbeat", "id": hb_id, "job": conn.job,
+                              "executor_id": self.executor_id, "attempt": 0, "meta": {}})  # fmt: skip
+        self.hb_t0 = time.perf_counter()
+        conn.transport.write(frame)
+        return True
+
+
+class SharedConn(asyncio.Protocol):
+    """One connection carrying several nodes of one job, each registering, waiting for the
+    cluster, reporting running and keeping an ``await_stop`` pending as a node does, then
+    heartbeating on its own phase. The protocol allows it (a node connection is bound to
+    a job, not to a node); the burst phase uses it only where the descriptor limit leaves
+    no room for one connection per node (see :func:`run_burst`)."""
+
+    def __init__(self, job: str, token: bytes, executor_ids: list[int]) -> None:
+        self.job, self.token = job, token
+        self.members = [Member(self, e) for e in executor_ids]
+        self.proto = Connection()
+        self.transport: asyncio.Transport | None = None
+        self.ids = iter(range(1, 2**31))
+        self.heartbeats: dict[int, Member] = {}
+        self.lost = False
+        self.waiting = len(executor_ids)  # cluster replies still to come
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionError(f"job {self.job}: connection lost: {exc}"))
+
+    def _fail(self, text: str) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(RuntimeError(text))
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        self.proto.receive_data(data)
+        while (msg := self.proto.next_event()) is not NEED_DATA:
+            member = self.heartbeats.pop(getattr(msg, "id", -1), None)
+            if member is not None:
+                assert member.beater is not None
+                member.beater.answered(member, msg, now)  # type: ignore[arg-type]
+            elif isinstance(msg, m.Challenge):
+                proof = auth.client_proof(self.token, msg.nonce, "node", self.job)
+                self._write(m.Hello(version=m.PROTOCOL_VERSION, role="node", job=self.job, proof=proof,
+                                    cnonce=auth.new_nonce()))  # fmt: skip
+            elif isinstance(msg, m.Welcome):
+                for mb in self.members:
+                    ids = {"job": self.job, "executor_id": mb.executor_id, "attempt": 0}
+                    e = mb.executor_id
+                    self._write(m.Register(id=next(self.ids), host=f"10.1.{e // 250}.{e % 250}", port=20000 + e,
+                                           **ids))  # fmt: skip
+                    self._write(m.AwaitCluster(id=next(self.ids), timeout_s=AWAIT_CLUSTER_S, **ids))
+                    self._write(m.AwaitStop(id=next(self.ids), timeout_s=AWAIT_STOP_S, **ids))
+            elif isinstance(msg, m.ClusterReply):
+                mb = next(x for x in self.members if x.executor_id == msg.index)  # one role: index = executor
+                self._write(m.Report(id=next(self.ids), state="running", job=self.job,
+                                     executor_id=mb.executor_id, attempt=0))  # fmt: skip
+                self.waiting -= 1
+                if self.waiting == 0 and not self.ready.done():
+                    self.ready.set_result(None)
+            elif isinstance(msg, m.Error):
+                self._fail(f"job {self.job}: {msg.code}: {msg.message}")
+            # Replies to register and report need nothing more.
+
+    def _write(self, msg: m.Message) -> None:
+        assert self.transport is not None
+        self.transport.write(self.proto.send(msg))
+
+
+async def _steady_worker(
+    pipe: Pipe, port: int, conns: list[tuple[str, bytes, list[int]]], interval_s: float
+) -> None:
+    ctl = Control(pipe)
+    loop = asyncio.get_running_loop()
+    gate = asyncio.Semaphore(CONNECTS_IN_FLIGHT)
+    beater = Beater(interval_s)
+    beater.phase = None  # nothing counted until the baseline window
+    beating = asyncio.ensure_future(beater.run(ctl.stop))
+    t0 = time.monotonic()
+
+    async def open_one(job: str, token: bytes, executor_ids: list[int]) -> SharedConn:
+        c = SharedConn(job, token, executor_ids)
+        async with gate:
+            await loop.create_connection(lambda: c, "127.0.0.1", port)
+        await asyncio.wait_for(c.ready, AWAIT_CLUSTER_S)
+        for mb in c.members:  # heartbeating from here on
+            beater.add(mb)  # type: ignore[arg-type]
+        return c
+
+    opened = await asyncio.gather(*(open_one(*c) for c in conns), return_exceptions=True)
+    errors = [f"{type(c).__name__}: {c}" for c in opened if isinstance(c, BaseException)]
+    pipe.send(("ready", len(opened) - len(errors), time.monotonic() - t0, errors[:3]))
+    await ctl.go.wait()
+    gc.freeze()  # see _load_worker
+    beater.phase = "steady"  # the baseline, before the burst
+    await ctl.burst.wait()
+    beater.phase = "burst"
+    await ctl.halt.wait()
+    beater.phase = None
+    await ctl.stop.wait()
+    await beating
+    for c in opened:
+        if isinstance(c, SharedConn) and c.transport is not None:
+            c.transport.close()
+    pipe.send(("result", {k: a.tobytes() for k, a in beater.latencies.items()}, beater.refused[:3],
+               len(beater.refused), beater.late, beater.tick_lag.tobytes()))  # fmt: skip
+
+
+async def _burst_worker(pipe: Pipe, port: int, job: str, token: bytes, nodes: int) -> None:
+    """The rendezvous benchmark's nodes (``rendezvous._node``): connect, authenticate,
+    register, wait for the cluster with an await_stop pending; all at once on "burst"."""
+    import rendezvous
+
+    ctl = Control(pipe)
+    pipe.send(("ready",))
+    await ctl.burst.wait()
+    gate: asyncio.Queue[None] = asyncio.Queue()
+    for _ in range(rendezvous.CONNECTS_IN_FLIGHT):
+        gate.put_nowait(None)
+    gc.disable()  # as in the rendezvous benchmark: its nodes' objects stay until the end
+    t0 = time.perf_counter()
+    try:
+        transports = await asyncio.gather(
+            *(rendezvous._node("127.0.0.1", port, token, job, i, nodes, gate) for i in range(nodes))
+        )
+        pipe.send(("result", time.perf_counter() - t0, ""))
+    except Exception as e:
+        transports = []
+        pipe.send(("result", None, f"{type(e).__name__}: {e}"))
+    await ctl.stop.wait()
+    for t in transports:
+        t.close()
+
+
+#: The burst phase's p99 target for the steady jobs' heartbeats while the big job registers.
+TARGET_BURST_P99_MS = 100.0
+#: Steady heartbeats measured before the burst starts, for comparison.
+BASELINE_S = 4.0
+#: Descriptors the coordinator keeps for itself (listener, journal, driver, epoll, logs).
+RESERVED_FDS = 100
+
+
+def run_burst(jobs: int, per_job: int, burst_nodes: int) -> dict[str, Any]:
+    """``jobs`` x ``per_job`` nodes heartbeating while one ``burst_nodes`` job registers."""
+    _raise_fd_limit()
+    steady_nodes = jobs * per_job
+    # One descriptor per connection in the coordinator, which cannot lift its hard limit
+    # (20,000 here): when steady and burst nodes together do not fit, the steady nodes
+    # share connections, a few per connection. Every node still heartbeats on its own.
+    room = resource.getrlimit(resource.RLIMIT_NOFILE)[1] - RESERVED_FDS - burst_nodes
+    if room <= 0:
+        raise RuntimeError(f"the descriptor limit leaves no room for {burst_nodes} burst connections")
+    per_conn = max(1, -(-steady_nodes // room))
+    with tempfile.TemporaryDirectory() as tmp:
+        coord = Coordinator(Path(tmp))
+        procs: list[tuple[multiprocessing.Process, Pipe]] = []
+        try:
+            with DriverClient(coord.address, coord.secret) as d:
+                ids = [d.submit(JobSpec(roles=make_roles(per_job), reservation_timeout_s=PHASE_TIMEOUT_S,
+                                        name=f"steady-{j}")) for j in range(jobs)]  # fmt: skip
+                tokens = {job: d.job_token(job) for job in ids}
+                big = d.submit(JobSpec(roles=make_roles(burst_nodes), reservation_timeout_s=PHASE_TIMEOUT_S,
+                                       name="burst"))  # fmt: skip
+                big_token = d.job_token(big)
+            conns = [(job, tokens[job], list(range(i, min(i + per_conn, per_job))))
+                     for job in ids for i in range(0, per_job, per_conn)]  # fmt: skip
+            steady = _spawn(_steady_worker, coord.port, conns, DEFAULT_HEARTBEAT_INTERVAL_S)
+            procs.append(steady)
+            ready = _recv(steady[1])
+            if ready[3]:
+                raise RuntimeError(f"steady nodes failed during setup: {ready[3]}")
+            time.sleep(SETTLE_S)  # the steady jobs' own registrations committed
+            burst = _spawn(_burst_worker, coord.port, big, big_token, burst_nodes)
+            procs.append(burst)
+            _recv(burst[1])
+            steady[1].send("go")
+            time.sleep(BASELINE_S)
+            cpu0, w0 = coord.cpu_s(), time.monotonic()
+            steady[1].send("burst")
+            burst[1].send("burst")
+            _, burst_s, burst_error = _recv(burst[1])
+            steady[1].send("halt")
+            cpu1, w1 = coord.cpu_s(), time.monotonic()
+            rss, peak = coord.memory_mb()
+            with DriverClient(coord.address, coord.secret) as d:
+                states = {j["job"]: j["state"] for j in d.status()["jobs"]}
+            for _, pipe in procs:
+                pipe.send("stop")
+            result = _recv(steady[1])
+            for proc, _ in procs:
+                proc.join(60)
+            lat = sorted(array("d", result[1]["burst"]))
+            base = sorted(array("d", result[1]["steady"]))
+            lag = sorted(array("d", result[5]))
+            steady_ok = sum(states.get(j) == "RUNNING" for j in ids)
+            p99_ms = _percentile(lat, 0.99) * 1e3
+            return {
+                "phase": "burst",
+                "ok": bool(lat) and not burst_error and result[3] == 0 and steady_ok == jobs
+                and states.get(big) == "READY",
+                "steady_jobs": jobs, "steady_nodes": steady_nodes, "steady_connections": len(conns),
+                "nodes_per_connection": per_conn, "burst_nodes": burst_nodes,
+                "burst_all_ready_s": round(burst_s, 3) if burst_s else None,
+                "heartbeats": len(lat), "heartbeats_late": result[4]["burst"],
+                "heartbeat_p50_ms": round(_percentile(lat, 0.5) * 1e3, 2),
+                "heartbeat_p99_ms": round(p99_ms, 2),
+                "heartbeat_max_ms": round(lat[-1] * 1e3, 1) if lat else None,
+                "p99_target_ms": TARGET_BURST_P99_MS, "p99_met": p99_ms < TARGET_BURST_P99_MS,
+                "baseline_p50_ms": round(_percentile(base, 0.5) * 1e3, 2),
+                "baseline_p99_ms": round(_percentile(base, 0.99) * 1e3, 2),
+                "client_lag_p99_ms": round(_percentile(lag, 0.99) * 1e3, 2),
+                "client_lag_max_ms": round(lag[-1] * 1e3, 1) if lag else None,
+                "coordinator_cpu_percent": round((cpu1 - cpu0) / (w1 - w0) * 100, 1),
+                "coordinator_rss_mb": round(rss, 1), "coordinator_peak_rss_mb": round(peak, 1),
+                "steady_jobs_running": steady_ok, "burst_job_state": states.get(big),
+                "errors": ([burst_error] if burst_error else []) + list(result[2]),
+            }  # fmt: skip
+        finally:
+            for proc, _ in procs:
+                if proc.is_alive():
+                    proc.kill()
+            coord.stop()
+
+
 def run_fuzz(seconds: float, clients: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         coord = Coordinator(Path(tmp))
@@ -711,7 +969,10 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=2, help="client processes simulating the nodes")
     ap.add_argument("--fuzz-seconds", type=float, default=10.0)
     ap.add_argument("--restart-nodes", type=int, default=1000)
-    ap.add_argument("--phases", default="load,fuzz,restart")
+    ap.add_argument(
+        "--burst-nodes", type=int, default=10_000, help="size of the job that registers in the burst phase"
+    )
+    ap.add_argument("--phases", default="load,fuzz,restart", help="comma list of load, fuzz, restart, burst")
     ap.add_argument("--json", action="store_true", help="print JSON lines only")
     args = ap.parse_args()
     if args.nodes % args.jobs:
@@ -720,6 +981,7 @@ def main() -> int:
         "load": lambda: run_load(args.nodes, args.jobs, args.duration, args.clients),
         "fuzz": lambda: run_fuzz(args.fuzz_seconds, args.clients),
         "restart": lambda: run_restart(args.restart_nodes),
+        "burst": lambda: run_burst(args.jobs, args.nodes // args.jobs, args.burst_nodes),
     }
     rows = []
     for phase in args.phases.split(","):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,10 +37,18 @@ class Journal(Protocol):
     def append(self, event: s.Event) -> None: ...
     def forget(self, job: str) -> None: ...
     def commit(self) -> float: ...
+    def take(self) -> Batch | None: ...
+    def write(self, batch: Batch) -> float: ...
+    def requeue(self, batch: Batch) -> None: ...
     def replay(self) -> Iterator[s.Event]: ...
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
     def close(self) -> None: ...
+
+
+#: What ``append`` and ``forget`` queued, taken as one group commit: (job, kind, body)
+#: rows to insert, with ``kind`` None for "delete the job's records".
+Batch = list[tuple[str, str | None, bytes | None]]
 
 
 class MemoryJournal:
@@ -56,6 +65,15 @@ class MemoryJournal:
 
     def commit(self) -> float:
         return 0.0
+
+    def take(self) -> Batch | None:
+        return None  # nothing to make durable: replies go out at once
+
+    def write(self, batch: Batch) -> float:
+        return 0.0
+
+    def requeue(self, batch: Batch) -> None:
+        pass
 
     def replay(self) -> Iterator[s.Event]:
         return iter(())
@@ -223,7 +241,8 @@ class SqliteJournal:
         except StateDirError:
             self._db.close()
             raise
-        self._in_tx = False
+        self._pending: Batch = []
+        self._lock = threading.Lock()
 
     def _empty(self) -> bool:
         """No tables at all: an empty file, or a database whose creation never committed."""
@@ -243,30 +262,61 @@ class SqliteJournal:
                 f"{FORMAT_VERSION}; use the tfcoord version that wrote it"
             )
 
+    # Appending only encodes and queues, on the caller's thread; ``write`` puts a taken
+    # batch into the database and commits it, and may run on another thread (the server
+    # commits on one of its own, so an fsync never stalls its event loop). One lock keeps
+    # every use of the connection apart.
+
     def append(self, event: s.Event) -> None:
-        if not self._in_tx:
-            self._db.execute("BEGIN")
-            self._in_tx = True
         kind, body = encode_event(event)
-        self._db.execute(
-            "INSERT INTO events (job, kind, body) VALUES (?, ?, ?)", (event_job(event), kind, body)
-        )
+        self._pending.append((event_job(event), kind, body))
 
     def forget(self, job: str) -> None:
         """Delete a forgotten job's records, in the transaction of what else is appended."""
-        if not self._in_tx:
+        self._pending.append((job, None, None))
+
+    def take(self) -> Batch | None:
+        """What was appended since the last take, to be passed to :meth:`write`."""
+        batch, self._pending = self._pending, []
+        return batch or None
+
+    def requeue(self, batch: Batch) -> None:
+        """A batch whose write failed goes back in front of what was appended since."""
+        self._pending[:0] = batch
+
+    def write(self, batch: Batch) -> float:
+        """Write ``batch`` in one transaction and commit it; returns the seconds it took.
+
+        Raises:
+            sqlite3.Error: nothing of the batch was committed.
+        """
+        t0 = time.perf_counter()
+        with self._lock:
             self._db.execute("BEGIN")
-            self._in_tx = True
-        self._db.execute("DELETE FROM events WHERE job = ?", (job,))
+            try:
+                i = 0
+                while i < len(batch):  # runs of inserts in one executemany each, in order
+                    j = i
+                    while j < len(batch) and batch[j][1] is not None:
+                        j += 1
+                    if j > i:
+                        self._db.executemany(
+                            "INSERT INTO events (job, kind, body) VALUES (?, ?, ?)", batch[i:j]
+                        )
+                    if j < len(batch):
+                        self._db.execute("DELETE FROM events WHERE job = ?", (batch[j][0],))
+                    i = j + 1
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        return time.perf_counter() - t0
 
     def commit(self) -> float:
-        """Commit what was appended; returns the seconds the commit took."""
-        if not self._in_tx:
-            return 0.0
-        t0 = time.perf_counter()
-        self._db.execute("COMMIT")
-        self._in_tx = False
-        return time.perf_counter() - t0
+        """Commit what was appended, here and now; returns the seconds the commit took."""
+        batch = self.take()
+        return self.write(batch) if batch else 0.0
 
     def replay(self) -> Iterator[s.Event]:
         try:
@@ -279,13 +329,15 @@ class SqliteJournal:
             raise StateDirError(f"{self.path} is corrupt ({e}); move it aside or restore a backup") from e
 
     def get_meta(self, key: str) -> str | None:
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def close(self) -> None:
-        if self._in_tx:
-            self.commit()
-        self._db.close()
+        self.commit()
+        with self._lock:
+            self._db.close()

@@ -25,7 +25,9 @@ import asyncio
 import logging
 import ssl
 import time
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,7 +39,7 @@ from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, ClusterR
 from tfcoord.client.vocab import ErrorCode
 
 from . import state as s
-from .journal import Journal, MemoryJournal
+from .journal import Journal, MemoryJournal, event_job
 from .logsafe import protect
 
 log = protect(logging.getLogger("tfcoord.coordinator"))
@@ -80,6 +82,18 @@ ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 #: Outstanding requests per connection: a node needs ~3 (await_cluster, await_stop,
 #: heartbeat); a driver a few watches. More is a misbehaving client.
 MAX_PENDING_PER_CONNECTION = 64
+#: A failed journal commit (a full or failing disk) is retried after this; its replies wait.
+COMMIT_RETRY_S = 1.0
+#: Liveness events: their replies skip the group commit when they depend on nothing
+#: uncommitted, so a registration burst's commits never delay another job's heartbeats.
+_LIVENESS = frozenset({s.HeartbeatNode, s.ReportNode, s.AwaitStopEvent, s.AwaitClusterEvent})
+#: Requests read and handled whatever the bulk budget says (see ``bulk_allowed``).
+_LIVENESS_OPS = frozenset({m.Heartbeat, m.Report})
+#: Bulk work (handshakes, registrations, waits) per event-loop turn, and the time spent
+#: writing committed replies per turn. A heartbeat that arrives during a registration
+#: burst waits at most about one turn: these two, plus the turn's liveness traffic.
+BULK_BUDGET_S = 0.010
+WRITE_BUDGET_S = 0.010
 
 
 @dataclass(frozen=True)
@@ -228,6 +242,10 @@ class _Peer(asyncio.Protocol):
         self._frame_started: float | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._watchdog_at = 0.0
+        #: A decoded request waiting for a later loop turn's bulk budget (reading is paused
+        #: meanwhile; later frames stay in ``proto``'s buffer, behind it).
+        self._stalled: m.Message | None = None
+        self._write_paused = False
 
     # asyncio callbacks
 
@@ -266,14 +284,30 @@ class _Peer(asyncio.Protocol):
         now = self._loop.time()
         self.idle_since = now
         self.proto.receive_data(data)
+        if self._stalled is None:  # else its frames wait behind the stalled one
+            self._process(now)
+
+    def _process(self, now: float) -> None:
+        """Dispatch the frames received, in order, until one must wait for a later turn."""
         framed = False
+        srv = self.server
         try:
             while not self.closing:
-                msg = self.proto.next_event()
-                if msg is NEED_DATA:
-                    break
-                framed = True
-                self.server.dispatch(self, msg)  # type: ignore[arg-type]
+                msg = self._stalled
+                if msg is None:
+                    msg = self.proto.next_event()  # type: ignore[assignment]
+                    if msg is NEED_DATA:
+                        break
+                    framed = True
+                # Bulk work (handshakes, registrations, waits) gets a budget per loop turn;
+                # liveness (heartbeats, reports) never waits for it.
+                if type(msg) not in _LIVENESS_OPS and not srv.bulk_allowed():
+                    # Back in the queue: in front if it had already waited its turn.
+                    srv.defer(self, front=self._stalled is not None)
+                    self._stalled = msg
+                    return
+                self._stalled = None
+                srv.dispatch(self, msg)  # type: ignore[arg-type]
         except ProtocolError as e:
             self.server.rejected_frames += 1
             # Answer the valid requests this read carried before the bad frame first: their
@@ -294,11 +328,26 @@ class _Peer(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         # The peer is not reading its replies: stop reading its requests until it does.
+        self._write_paused = True
         if self.transport is not None and not self.closing:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None and not self.closing:
+        self._write_paused = False
+        if self.transport is not None and not self.closing and self._stalled is None:
+            self.transport.resume_reading()
+
+    def resume_stalled(self) -> None:
+        """Its turn came (see ``CoordinatorServer.defer``): go on with the stalled frame."""
+        if self.closing or self._stalled is None:
+            return
+        self._process(self._loop.time())
+        if (
+            self._stalled is None
+            and not self.closing
+            and not self._write_paused
+            and self.transport is not None
+        ):
             self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -475,6 +524,22 @@ class CoordinatorServer:
         #: A job's cluster spec packed once, shared by every node's ``cluster`` reply.
         self.cluster_frames = ClusterReplyFrames(config.max_frame_bytes)
         self._flush_scheduled = False
+        # Group commit (see ``_flush``): journal records appended so far, and per job the
+        # number of its latest one not yet committed.
+        self._appended = 0
+        self._dirty: dict[str, int] = {}
+        #: The commit in flight: (its future, None when synchronous; the batch; the records
+        #: it covers, up to; the replies waiting for it).
+        self._inflight: tuple[Any, Any, int, list[s.Send]] | None = None
+        #: Committed replies not yet written (see ``_write_out``).
+        self._ready_out: deque[s.Send] = deque()
+        self._write_out_scheduled = False
+        #: Fairness (see ``bulk_allowed``): the end of this turn's bulk budget, and the
+        #: connections whose next request waits for a later turn, oldest first.
+        self._bulk_until: float | None = None
+        self._deferred: deque[_Peer] = deque()
+        #: One thread, so commits run one at a time and in order.
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix="tfcoord-journal")
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.rejected_frames = 0
@@ -550,7 +615,10 @@ class CoordinatorServer:
             await self._server.wait_closed()
         if self._timer is not None:
             self._timer.cancel()
-        self._flush()
+        if self._inflight is not None and self._inflight[0] is not None:
+            await asyncio.wrap_future(self._inflight[0])
+        self.flush_now()
+        self._committer.shutdown()
         self.journal.close()
         self.stopped.set()
 
@@ -643,20 +711,56 @@ class CoordinatorServer:
             self.config.secret, "the coordinator secret", ". Check the secret file (TFCOORD_SECRET_FILE)"
         )
 
+    # -- fairness: bulk work per loop turn ------------------------------------------------
+
+    def bulk_allowed(self) -> bool:
+        """May bulk work (a handshake, a registration, a wait) run in this loop turn?
+
+        Each turn gets ``BULK_BUDGET_S`` of it; what comes after waits for the next turn
+        (``defer``), so a burst of 10,000 registrations is spread over many short turns and
+        every other connection's heartbeat is read and answered in between.
+        """
+        now = time.perf_counter()
+        if self._bulk_until is None:
+            self._bulk_until = now + BULK_BUDGET_S
+            asyncio.get_running_loop().call_soon(self._next_turn)
+            return True
+        return now < self._bulk_until
+
+    def defer(self, peer: _Peer, front: bool = False) -> None:
+        """``peer`` holds a request the budget did not allow: stop reading it and queue it."""
+        if peer.transport is not None and peer.transport.is_reading():
+            peer.transport.pause_reading()
+        if front:
+            self._deferred.appendleft(peer)
+        else:
+            self._deferred.append(peer)
+
+    def _next_turn(self) -> None:
+        """A new loop turn: a new budget, spent first on the connections that waited longest."""
+        self._bulk_until = None
+        while self._deferred and self.bulk_allowed():
+            self._deferred.popleft().resume_stalled()
+
     # -- effects ------------------------------------------------------------------------
 
     def apply(self, event: s.Event) -> None:
-        """Run one event through the state machine and queue its effects."""
+        """Run one event through the state machine and carry out (or queue) its effects."""
         effects = self.state.handle(event)
         journaled = False
+        sends: list[s.Send] = []
         for eff in effects:
             if isinstance(eff, s.Send):
-                self._outbox.append(eff)
+                sends.append(eff)
             elif isinstance(eff, s.Journal):
                 self.journal.append(eff.event)
+                self._appended += 1
+                self._dirty[event_job(eff.event)] = self._appended
                 journaled = True
             elif isinstance(eff, s.Forget):
                 self.journal.forget(eff.job)
+                self._appended += 1
+                self._dirty[eff.job] = self._appended
                 journaled = True
             else:
                 # One line per state change, the job (and node, state) also as fields for JSON logs.
@@ -671,6 +775,15 @@ class CoordinatorServer:
                 obs.on_effects(event, effects)
             except Exception:
                 log.exception("observer %r failed on %s", obs, type(event).__name__)
+        if sends:
+            # Liveness traffic goes out now, ahead of any registration burst's commit, when
+            # it changed nothing durable and its job has nothing uncommitted that the answer
+            # could reflect (a heartbeat's "stop" of a failure not yet committed waits).
+            if type(event) in _LIVENESS and not journaled and event.req.job not in self._dirty:  # type: ignore[attr-defined]
+                for send in sends:
+                    self._deliver(send)
+            else:
+                self._outbox += sends
         # A change with no one to answer (a node lost on a timer) is committed all the same.
         if (self._outbox or journaled) and not self._flush_scheduled:
             self._flush_scheduled = True
@@ -678,30 +791,111 @@ class CoordinatorServer:
         self._arm_timer()
 
     def flush_now(self) -> None:
-        """Commit and write what is queued now, rather than at the end of this loop turn."""
+        """Commit and write what is queued now, rather than at the end of this loop turn
+        (waiting for a commit in flight first): blocks the loop, so only for rare paths."""
+        if self._inflight is not None:
+            self._committed(self._inflight[0])
         if self._outbox or self._flush_scheduled:
-            self._flush()
+            self._flush(sync=True)
+        self._write_out(everything=True)
 
-    def _flush(self) -> None:
-        """Commit the journal, then write every queued reply (group commit)."""
+    def _flush(self, sync: bool = False) -> None:
+        """Group commit: take what the journal queued, commit it, then write every reply
+        queued meanwhile. The commit runs on the journal thread; the loop goes on serving
+        (and queueing the next group) until it is done. Replies that depend on nothing
+        uncommitted are written at once."""
         self._flush_scheduled = False
-        took = self.journal.commit()
+        if self._inflight is not None:
+            return  # the next group starts when this commit ends (``_committed``)
+        batch = self.journal.take()
+        outbox, self._outbox = self._outbox, []
+        if batch is None:
+            self._finish(0.0, self._appended, outbox)
+            return
+        upto = self._appended
+        if sync:
+            self._inflight = (None, batch, upto, outbox)
+            try:
+                took = self.journal.write(batch)
+            except Exception:
+                self._commit_failed()
+                return
+            self._inflight = None
+            self._finish(took, upto, outbox)
+            return
+        done = self._committer.submit(self.journal.write, batch)
+        self._inflight = (done, batch, upto, outbox)
+        loop = asyncio.get_running_loop()
+        done.add_done_callback(lambda f: loop.call_soon_threadsafe(self._committed, f))
+
+    def _committed(self, done: Any) -> None:
+        """The commit ``done`` ended (called on the loop; or by ``flush_now``, which waits)."""
+        if self._inflight is None or self._inflight[0] is not done:
+            return  # already handled
+        try:
+            took = done.result()
+        except Exception:
+            self._commit_failed()
+            return
+        _, _, upto, outbox = self._inflight
+        self._inflight = None
+        self._finish(took, upto, outbox)
+        if self._outbox or self._appended > upto:
+            self._flush()  # what queued up during this commit: the next group, at once
+
+    def _commit_failed(self) -> None:
+        """Nothing of the batch is durable: its replies wait, and it is retried shortly."""
+        assert self._inflight is not None
+        _, batch, _, outbox = self._inflight
+        self._inflight = None
+        log.exception("journal commit of %d records failed; retrying in %g s", len(batch), COMMIT_RETRY_S)
+        self.journal.requeue(batch)
+        self._outbox[:0] = outbox
+        self._flush_scheduled = True
+        asyncio.get_running_loop().call_later(COMMIT_RETRY_S, self._flush)
+
+    def _finish(self, took: float, upto: int, outbox: list[s.Send]) -> None:
+        """Records up to ``upto`` are committed: write the replies that waited for them."""
         if took:
             for obs in self.observers:
                 try:
                     obs.on_commit(took)
                 except Exception:
                     log.exception("observer %r failed on a commit", obs)
-        outbox, self._outbox = self._outbox, []
-        for send in outbox:
-            peer = self.peers.get(send.conn)
-            if peer is None:
-                continue
-            if getattr(send.msg, "id", None) is not None and peer.pending > 0:
-                peer.pending -= 1
-                if peer.pending == 0:
-                    peer.nothing_pending()
-            peer.write(send.msg)
+        if self._dirty:
+            self._dirty = {job: n for job, n in self._dirty.items() if n > upto}
+        self._ready_out += outbox
+        self._write_out()
+
+    def _write_out(self, everything: bool = False) -> None:
+        """Write committed replies in order, at most ``WRITE_BUDGET_S`` of them per loop
+        turn: the 10,000 cluster replies of a completed job (600 MB at 10,000 nodes) go out
+        over many turns, with every other connection served in between."""
+        out = self._ready_out
+        until = time.perf_counter() + WRITE_BUDGET_S
+        n = 0
+        while out:
+            self._deliver(out.popleft())
+            n += 1
+            if not everything and n % 16 == 0 and time.perf_counter() >= until:
+                break
+        if out and not self._write_out_scheduled:
+            self._write_out_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_out_later)
+
+    def _write_out_later(self) -> None:
+        self._write_out_scheduled = False
+        self._write_out()
+
+    def _deliver(self, send: s.Send) -> None:
+        peer = self.peers.get(send.conn)
+        if peer is None:
+            return
+        if getattr(send.msg, "id", None) is not None and peer.pending > 0:
+            peer.pending -= 1
+            if peer.pending == 0:
+                peer.nothing_pending()
+        peer.write(send.msg)
 
     def _arm_timer(self) -> None:
         deadline = self.state.next_deadline()
