@@ -893,10 +893,10 @@ def cmd_node(args: argparse.Namespace) -> int:
 # -- parser -------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(env: Any = None) -> argparse.ArgumentParser:
     """The parser. Global flags (``--log-level``, ``--log-format``, ``--debug``) go before or
     after the command's name; each ``serve`` flag also reads ``TFCOORD_<FLAG>`` (see :func:`_env_flags`)."""
-    env = os.environ
+    env = os.environ if env is None else env
     p = _Parser(prog="tfcoord", description="Coordinator for distributed TensorFlow.")
     p.add_argument("--version", action="version", version=f"tfcoord {__version__}")
     p.add_argument("--json", action="store_true", help="machine-readable output (see each command's --help)")
