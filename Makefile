@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml client/pyproject.toml node/pyproject.toml coordinator/p
 	$(PY) -m pip install --quiet -e ./client -e ./node -e ./coordinator -e '.[spark,tensorflow,examples,test,docs]'
 	# `import tensorflowonspark` / `import tfmesos2` give tfcoord's APIs (a .pth file; see tfcoord/aliases.py).
 	$(PY) -m pip install --quiet --no-deps ./aliases
+	# tf.keras as Keras 2 for TensorFlowOnSpark's programs (node/tfcoord/node/keras2.py). tf-keras
+	# requires the full `tensorflow` wheel, which pip would put over tensorflow-cpu: install it on
+	# its own, at TensorFlow's minor version.
+	$(PY) -m pip install --quiet --no-deps "tf-keras~=$$($(PY) -c 'import importlib.metadata as m; print(".".join(m.version("tensorflow-cpu").split(".")[:2]))').0"
 	touch $(STAMP)
 
 install: $(STAMP)

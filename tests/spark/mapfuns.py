@@ -349,3 +349,21 @@ def tfos_imports(args: Any, ctx: Any) -> None:
 
     _record(args, ctx, same=tensorflowonspark is compat and TFNode is compat.TFNode,
             name=tensorflowonspark.__name__)  # fmt: skip
+
+
+def keras_fit(args: Any, ctx: Any) -> None:
+    """TensorFlowOnSpark's Keras examples: tf.keras model.fit under MultiWorkerMirroredStrategy."""
+    import numpy as np
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(256, 2)).astype("float32")
+    y = x @ np.array([[2.0], [-1.0]], dtype="float32") + 0.5
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+        model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.1), loss="mse")
+    history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32), epochs=2, steps_per_epoch=10,
+                        verbose=0)  # fmt: skip
+    _record(args, ctx, keras=tf.keras.__name__, loss=history.history["loss"][-1],
+            weights=[w.tolist() for w in model.get_weights()])  # fmt: skip

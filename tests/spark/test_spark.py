@@ -304,6 +304,20 @@ def test_tensorflowonspark_imports_work_on_executors_without_an_install(sc, tmp_
     assert tensorflowonspark.TFCluster is TFCluster
 
 
+def test_keras_fit_under_mwms_trains_as_keras_2_in_tensorflowonspark_nodes(sc, tmp_path):
+    from tfcoord.compat.tensorflowonspark import TFCluster
+    from tfcoord.node import keras2
+
+    if not keras2.tf_keras_installed():
+        pytest.skip("tf-keras is not installed (make install adds it): Keras 3's fit fails under MWMS")
+    cluster = TFCluster.run(sc, mapfuns.keras_fit, args_for(tmp_path), 2, 0)
+    assert cluster.shutdown()["state"] == "SUCCEEDED"
+    recs = [json.loads((tmp_path / f"{i}.json").read_text()) for i in range(2)]
+    assert all(r["keras"].startswith("tf_keras") for r in recs)  # tf.keras is Keras 2 in the nodes
+    assert recs[0]["weights"] == recs[1]["weights"]  # synchronous: both workers end the same
+    assert recs[0]["loss"] < 1.0
+
+
 FAKE_NVIDIA_SMI = """#!/bin/sh
 case "$*" in
   *query-gpu*) printf '0, GPU-aaaa, 16000, 10, 15990\\n1, GPU-bbbb, 16000, 12000, 4000\\n' ;;

@@ -88,6 +88,9 @@ class NodeSpec:
     #: Run in the background of the executor and give the Spark task back once map_fun
     #: runs (InputMode.SPARK: the feeding tasks need the slot; see :mod:`.background`).
     background: bool = False
+    #: TensorFlowOnSpark-compatible nodes: ``tf.keras`` is Keras 2 when tf-keras is installed
+    #: (see :mod:`.keras2`; an explicit ``TF_USE_LEGACY_KERAS`` wins).
+    legacy_keras: bool = False
 
 
 def _requested_gpus(tf_args: Any) -> tuple[int, bool]:
@@ -187,6 +190,10 @@ def _child(
         # The port must be ours alone from here: wait until the parent closed its copy.
         parent_released.wait()
         _install_aliases()
+        if spec.legacy_keras:
+            from . import keras2
+
+            keras2.use_keras2(os.environ)  # before map_fun imports TensorFlow
         if spec.release_port:
             ctx.release_port()
         result = spec.map_fun(spec.tf_args, ctx)

@@ -126,10 +126,14 @@ def run(
     secret: bytes | None = None,
     name: str = "",
     tls: TlsFiles | None = None,
+    legacy_keras: bool = False,
 ) -> SparkCluster:
     """Start a TensorFlow cluster on Spark executors and run ``map_fun(tf_args, ctx)`` on each.
 
     Returns once every node holds the cluster spec.
+
+    ``legacy_keras``: ``tf.keras`` is Keras 2 in the nodes when tf-keras is installed there
+    (TensorFlowOnSpark's programs are written for it; see :mod:`tfcoord.node.keras2`).
 
     ``coordinator`` and ``secret`` (or ``TFCOORD_ADDRESS`` and ``TFCOORD_SECRET_FILE``) name
     a running coordinator instead of an embedded one; ``tls`` (or ``TFCOORD_TLS_CA``,
@@ -189,6 +193,7 @@ def run(
             feed=input_mode == InputMode.SPARK,
             tls=tls,
             background=input_mode == InputMode.SPARK,
+            legacy_keras=legacy_keras,
         )
         cluster = SparkCluster(sc, driver, job, spec, node, embedded, input_mode, tensorboard)
     except BaseException:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Any
 
 from tfcoord import aliases
+from tfcoord.node import keras2
 from tfcoord.node.spark import InputMode, SparkCluster
 from tfcoord.node.spark import run as _run
 
@@ -22,6 +24,9 @@ def run(
 ) -> SparkCluster:
     # Said once per cluster, so a log shows which TensorFlowOnSpark the program ran on.
     log.info("%s", aliases.describe("tensorflowonspark"))
+    # TensorFlowOnSpark's programs are written for tf.keras 2: Keras 2 in the nodes when tf-keras is
+    # installed there, unless the driver says TF_USE_LEGACY_KERAS=0 (tfcoord.node.keras2).
+    kwargs.setdefault("legacy_keras", keras2.wanted(os.environ))
     return _run(sc, map_fun, tf_args, num_executors, num_ps, *args, **kwargs)
 
 

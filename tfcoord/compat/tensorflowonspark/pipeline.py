@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from importlib import metadata
@@ -31,7 +32,14 @@ from typing import Any
 from pyspark.ml import Estimator, Model
 from pyspark.ml.param.shared import Param, Params, TypeConverters
 
+from tfcoord.node import keras2
+
 from . import TFCluster, util
+
+# The driver builds and exports Keras models here (TFModel, the examples' export): tf.keras as
+# Keras 2 when tf-keras is installed, like the nodes TFCluster.run starts (TF_USE_LEGACY_KERAS=0 opts out).
+keras2.use_keras2(os.environ)
+
 
 log = logging.getLogger("tfcoord.compat.pipeline")
 
