@@ -806,10 +806,12 @@ def run_burst(jobs: int, per_job: int, burst_nodes: int) -> dict[str, Any]:
 
 
 def run_fuzz(seconds: float, clients: int) -> dict[str, Any]:
+    from tests.fuzzframes import FUZZ_OWNER_KEY
+
     with tempfile.TemporaryDirectory() as tmp:
         coord = Coordinator(Path(tmp))
         try:
-            with DriverClient(coord.address, coord.secret) as d:
+            with DriverClient(coord.address, coord.secret, owner_key=FUZZ_OWNER_KEY) as d:
                 jobs = {d.submit(JobSpec(roles=make_roles(3)), f"fz-{k}"): 3 for k in range(4)}
             cpu0 = coord.cpu_s()
             procs = [_spawn(_fuzz_worker, coord.port, coord.secret, jobs, seconds, k) for k in range(clients)]

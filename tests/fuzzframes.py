@@ -31,6 +31,7 @@ from tfcoord.client import auth
 from tfcoord.client import messages as m
 from tfcoord.client.errors import ProtocolError
 from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, Connection, pack
+from tfcoord.coordinator.server import PRE_AUTH_MAX_FRAME_BYTES
 
 #: Waits in fuzzed requests end within this, so every connection finishes quickly.
 MAX_WAIT_S = 0.3
@@ -88,13 +89,21 @@ class Outcome:
         return self.closed_by_server or set(self.answered) >= self.plan.ids
 
 
+#: The owner key of the fuzzer's drivers: submit the jobs in ``Generator.jobs`` with it
+#: (``DriverClient(..., owner_key=FUZZ_OWNER_KEY)``), so fuzzed drivers see them and the
+#: fuzzed nodes' job tokens are theirs.
+FUZZ_OWNER_KEY = b"fuzz-owner-key-".ljust(32, b".")
+
+
 class Generator:
     """Builds plans from a seed, over a coordinator's real jobs.
 
     Args:
-        secret: the coordinator secret (drivers, admins; job tokens derive from it).
-        jobs: job id → slot count, for jobs that exist (nodes act within them).
+        secret: the coordinator secret (drivers; job tokens derive from it).
+        jobs: job id → slot count, for jobs that exist (nodes act within them), submitted
+            by a driver with :data:`FUZZ_OWNER_KEY`.
         structured: extra wire maps (from hypothesis) to place into plans as they fit.
+        admin_secret: the admin credential; None: admin hellos carry the secret (refused).
     """
 
     def __init__(
@@ -103,9 +112,12 @@ class Generator:
         secret: bytes,
         jobs: dict[str, int],
         structured: Sequence[dict[str, Any]] = (),
+        admin_secret: bytes | None = None,
     ) -> None:
         self.rng = rng
         self.secret = secret
+        self.admin_secret = admin_secret or secret
+        self.owner = auth.owner_digest(FUZZ_OWNER_KEY)
         self.jobs = dict(jobs)
         self.pool = [*jobs, "fz-new-0", "fz-new-1", "fz-missing"]
         self._valid_maps: list[dict[str, Any]] = []
@@ -272,8 +284,11 @@ class Generator:
             return bytes(data)
         if kind == "truncated":
             return frame[: rng.randrange(1, len(frame))]
-        if kind == "oversize":
-            return struct.pack(">I", DEFAULT_MAX_FRAME_BYTES + 1) + frame[4:]
+        if kind == "oversize":  # past the pre-handshake limit (a few KiB), or past every limit
+            size = rng.choice(
+                (PRE_AUTH_MAX_FRAME_BYTES + 1, rng.randrange(PRE_AUTH_MAX_FRAME_BYTES, 1 << 32))
+            )
+            return struct.pack(">I", size) + frame[4:]
         if kind == "request_first":
             return Connection().send(m.Status(id=1))
         return b""  # wrong_key: run() sends a hello with a wrong key instead
@@ -358,28 +373,20 @@ async def run_plan(
                 return out
             role = plan.role or gen.rng.choice(m.CLIENT_ROLES)
             job = plan.job if plan.role is not None else gen.rng.choice(list(gen.jobs))
-            key = auth.job_token(gen.secret, job) if role == "node" else gen.secret  # type: ignore[arg-type]
-            hello = m.Hello(
-                version=m.PROTOCOL_VERSION,
-                role=role,
-                job=job,
-                proof=auth.client_proof(key, challenge.nonce, role, job),
-                cnonce=auth.new_nonce(),
-            )
+            owner = FUZZ_OWNER_KEY if role == "driver" else b""
+            if role == "node":
+                key = auth.job_token(gen.secret, job, gen.owner)  # type: ignore[arg-type]
+            else:
+                key = gen.admin_secret if role == "admin" else gen.secret
+            hello = m.Hello(version=m.PROTOCOL_VERSION, role=role, job=job, owner=owner,
+                            proof=auth.client_proof(key, challenge.nonce, role, job, owner), cnonce=auth.new_nonce())  # fmt: skip
             frame = conn.send(hello)
             if plan.damage is not None:
                 damaged = plan.damage(frame, gen.rng)
                 if not damaged:  # a proper hello, with the wrong key
-                    wrong = auth.client_proof(auth.new_secret(), challenge.nonce, role, job)
-                    damaged = conn.send(
-                        m.Hello(
-                            version=m.PROTOCOL_VERSION,
-                            role=role,
-                            job=job,
-                            proof=wrong,
-                            cnonce=auth.new_nonce(),
-                        )
-                    )
+                    wrong = auth.client_proof(auth.new_secret(), challenge.nonce, role, job, owner)
+                    damaged = conn.send(m.Hello(version=m.PROTOCOL_VERSION, role=role, job=job, proof=wrong,
+                                                cnonce=auth.new_nonce(), owner=owner))  # fmt: skip
                 writer.write(damaged)
             else:
                 writer.write(frame + b"".join(plan.requests) + plan.tail)

@@ -69,6 +69,9 @@ log = logging.getLogger("tfcoord")
 
 ADDRESS_ENV = "TFCOORD_ADDRESS"
 SECRET_FILE_ENV = "TFCOORD_SECRET_FILE"
+#: The admin credential (sees and stops every job); by default beside the secret file.
+ADMIN_SECRET_FILE_ENV = "TFCOORD_ADMIN_SECRET_FILE"
+ADMIN_SUFFIX = ".admin"
 #: Client-side TLS: the CA that signed the coordinator's certificate, and this client's
 #: own certificate and key when the coordinator demands them (mutual TLS).
 TLS_CA_ENV = "TFCOORD_TLS_CA"
@@ -121,6 +124,8 @@ class ServeConfig:
     port_file: Path | None
     secret: bytes
     state_dir: Path | None
+    #: The admin credential (``ServerConfig.admin_secret``).
+    admin_secret: bytes | None
     log_format: str
     #: The HTTP API and dashboard; no HTTP server when ``http_port`` is None.
     http_host: str = "127.0.0.1"
@@ -243,6 +248,22 @@ def _connect(cfg: ClientConfig, args: argparse.Namespace, role: str = "driver") 
     return client.connect()
 
 
+def _admin_config(args: argparse.Namespace) -> ClientConfig:
+    """Address and the admin secret, for the commands that act on any job (status, stop)."""
+    address = args.address or os.environ.get(ADDRESS_ENV)
+    if not address:
+        raise UsageError(f"no coordinator address: pass --address HOST:PORT or set {ADDRESS_ENV}")
+    path = args.admin_secret_file or os.environ.get(ADMIN_SECRET_FILE_ENV)
+    if not path:
+        secret_file = args.secret_file or os.environ.get(SECRET_FILE_ENV)
+        if not secret_file:
+            raise UsageError(f"no admin credential: pass --admin-secret-file or set {ADMIN_SECRET_FILE_ENV} "
+                             f"(tfcoord serve keeps it beside its secret file, as SECRET_FILE{ADMIN_SUFFIX})")  # fmt: skip
+        path = secret_file + ADMIN_SUFFIX
+    _check_address(address)
+    return ClientConfig(address, _credential(Path(path), "admin secret", create=False), _client_tls())
+
+
 def _client_tls() -> ssl.SSLContext | None:
     """The client's TLS context from TFCOORD_TLS_*; None (plaintext) when none is set."""
     ca, cert, key = (os.environ.get(k) or None for k in (TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV))
@@ -345,6 +366,7 @@ def _service_config(cfg: ServeConfig) -> Any:
         )
     server = ServerConfig(
         secret=cfg.secret,
+        admin_secret=cfg.admin_secret,
         host=cfg.host,
         port=cfg.port,
         ssl_context=cfg.ssl_context,
@@ -457,6 +479,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     secret_file = args.secret_file or os.environ.get(SECRET_FILE_ENV)
     secret = _secret_from(secret_file, create=True)
+    admin_file = args.admin_secret_file or f"{secret_file}{ADMIN_SUFFIX}"
+    admin_secret = _credential(Path(admin_file), "admin secret", create=True)
+    if hmac.compare_digest(admin_secret, secret):
+        raise UsageError(f"--admin-secret-file {admin_file} holds the coordinator secret: the admin sees and "
+                         "stops every job, drivers only their own; give it a file of its own")  # fmt: skip
     http_token = None
     if args.http_token_file:
         http_token = _separate_http_token(args.http_token_file, secret_file, secret)
@@ -465,6 +492,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         port_file=Path(args.port_file) if args.port_file else None,
         secret=secret,
+        admin_secret=admin_secret,
         state_dir=Path(args.state_dir) if args.state_dir else None,
         log_format=args.log_format,
         http_host=args.http_host,
@@ -496,7 +524,7 @@ def _fmt_time(t: float | None) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    cfg = _client_config(args)
+    cfg = _admin_config(args)
     with _connect(cfg, args, role="admin") as c:
         if args.job is None:
             listing = c.status(None)
@@ -569,7 +597,7 @@ def _table(rows: list[tuple[str, ...]]) -> None:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    cfg = _client_config(args)
+    cfg = _admin_config(args)
     with _connect(cfg, args, role="admin") as c:
         res = c.stop(args.job, args.reason, dry_run=args.dry_run)
     if args.json:
@@ -929,6 +957,8 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     sp.add_argument("--port", type=int, default=7070, help="TCP port; 0 picks a free one (see --port-file)")
     sp.add_argument("--port-file", help="write the bound port here once listening")
     sp.add_argument("--secret-file", help="coordinator secret (created, mode 600, if missing)")
+    sp.add_argument("--admin-secret-file", help="admin credential, for tfcoord status/stop and operators "
+                    f"(created, mode 600, if missing; default: the secret file's name + {ADMIN_SUFFIX})")  # fmt: skip
     sp.add_argument("--state-dir", help="journal directory; without it state lives in memory only")
     sp.add_argument("--http-host", default="127.0.0.1", help="interface of the HTTP API and dashboard")
     sp.add_argument(
@@ -1000,17 +1030,23 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     client_flags(sp)
     sp.set_defaults(fn=cmd_env_check)
 
+    def admin_flag(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--admin-secret-file", help=f"the coordinator's admin credential (default: "
+                        f"${ADMIN_SECRET_FILE_ENV}, else the secret file's name + {ADMIN_SUFFIX})")  # fmt: skip
+
     sp = command(
         "status",
         "show jobs, or one job's nodes, results and timeline",
         json_help="the coordinator's full answer as JSON",
     )
     client_flags(sp)
+    admin_flag(sp)
     sp.add_argument("job", nargs="?")
     sp.set_defaults(fn=cmd_status)
 
     sp = command("stop", "stop a job gracefully (streaming jobs)", json_help="the answer as JSON")
     client_flags(sp)
+    admin_flag(sp)
     sp.add_argument("job")
     sp.add_argument("--dry-run", action="store_true", help="show what would be stopped, change nothing")
     sp.add_argument("--reason", default="stop requested with tfcoord stop")

@@ -35,13 +35,16 @@ class Raw:
         self.sock.sendall(data)
         return data
 
-    def hello(self, key: bytes, role: str, job: str | None = None) -> m.Hello:
-        """The hello a correct client would send on this connection (not sent)."""
-        proof = auth.client_proof(key, self.challenge.nonce, role, job)
-        return m.Hello(version=m.PROTOCOL_VERSION, role=role, job=job, proof=proof, cnonce=auth.new_nonce())
+    def hello(self, key: bytes, role: str, job: str | None = None, owner_key: bytes | None = None) -> m.Hello:
+        """The hello a correct client would send on this connection (not sent); a driver's
+        carries ``owner_key``, a fresh one unless given."""
+        owner = (owner_key or auth.new_owner_key()) if role == "driver" else b""
+        proof = auth.client_proof(key, self.challenge.nonce, role, job, owner)
+        return m.Hello(version=m.PROTOCOL_VERSION, role=role, job=job, proof=proof, cnonce=auth.new_nonce(),
+                       owner=owner)  # fmt: skip
 
-    def login(self, key: bytes, role: str, job: str | None = None) -> Raw:
-        self.send(self.hello(key, role, job))
+    def login(self, key: bytes, role: str, job: str | None = None, owner_key: bytes | None = None) -> Raw:
+        self.send(self.hello(key, role, job, owner_key))
         welcome = self.next()
         assert isinstance(welcome, m.Welcome), welcome
         return self

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tfcoord.client import DriverClient, JobSpec, NodeClient, RequestRejected, make_roles
+from tfcoord.client import (
+    AuthenticationFailed,
+    DriverClient,
+    JobSpec,
+    NodeClient,
+    RequestRejected,
+    auth,
+    make_roles,
+)
 from tfcoord.client import messages as m
 from tfcoord.coordinator import state as s
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
@@ -148,11 +156,12 @@ def test_gpu_claims_of_one_job_do_not_block_another(served: Served):
 
 
 def test_waits_of_closed_connections_leave_the_timer_heap():
+    owner_key = auth.new_owner_key()
     with EmbeddedCoordinator() as coord:
-        with DriverClient(coord.address, coord.secret) as d:
+        with DriverClient(coord.address, coord.secret, owner_key=owner_key) as d:
             job = d.submit(JobSpec(roles=make_roles(1)))
         for _ in range(60):
-            raw = Raw(coord.port).login(coord.secret, "driver")
+            raw = Raw(coord.port).login(coord.secret, "driver", owner_key=owner_key)
             for i in range(60):
                 raw.send(m.AwaitJob(id=i + 1, job=job, timeout_s=7 * 86400.0))
             wait_until(lambda: coord.call(lambda: len(coord.server.state._waits)) == 60, what="60 waits")
@@ -207,3 +216,40 @@ def test_healthz_without_a_token_discloses_nothing(served: Served):
         body = r.read()
     assert body == b'{"status":"ok"}'
     assert not re.search(rb"jobs|version|\d+\.\d+", body)
+
+
+# -- 7: any driver acting on any job ------------------------------------------------------------
+
+
+def test_a_driver_sees_and_stops_only_its_own_jobs(served: Served):
+    """Drivers share one secret; any of them could stop any job and read every job's
+    tracebacks and cluster spec. Now a job is its submitter's (and the admin's)."""
+    with (
+        DriverClient(served.address, served.secret) as alice,
+        DriverClient(served.address, served.secret) as mallory,
+    ):
+        job = alice.submit(JobSpec(roles=make_roles(1)))
+        assert job not in {j["job"] for j in mallory.status()["jobs"]}
+        for attempt in (
+            lambda: mallory.status(job),
+            lambda: mallory.stop(job),
+            lambda: mallory.await_job(job, 1),
+        ):
+            with pytest.raises(RequestRejected) as e:
+                attempt()
+            assert e.value.code == "unknown_job"  # the same answer as for a job that does not exist
+        with pytest.raises(RequestRejected) as e:  # nor can it take the id over
+            mallory.submit(JobSpec(roles=make_roles(1)), job)
+        assert e.value.code == "job_exists"
+        # The secret does not make node tokens of other drivers' jobs either.
+        with pytest.raises(AuthenticationFailed):
+            NodeClient(served.address, mallory.job_token(job), job, 0).connect()
+        assert alice.status(job)["state"] == "SUBMITTED"
+        # The secret is not the admin credential...
+        with pytest.raises(AuthenticationFailed):
+            DriverClient(served.address, served.secret, role="admin").connect()
+    # ...which sees and stops every job.
+    admin_secret = auth.read_secret(str(served.secret_file) + ".admin")
+    with DriverClient(served.address, admin_secret, role="admin") as admin:
+        assert job in {j["job"] for j in admin.status()["jobs"]}
+        assert admin.stop(job, "by the operator")["state"] == "STOPPED"

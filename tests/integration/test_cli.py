@@ -143,9 +143,10 @@ def test_serve_refuses_the_secret_as_http_token(tmp_path):
 
 def test_serve_forgets_finished_jobs_after_keep_finished_days_even_across_a_restart(tmp_path):
     state = tmp_path / "state"
+    owner = auth.new_owner_key()  # the same driver before and after the restart
     served = Served(tmp_path, "--keep-finished-days", "0.00002", state_dir=state)  # 1.7 s
     try:
-        with DriverClient(served.address, served.secret) as d:
+        with DriverClient(served.address, served.secret, owner_key=owner) as d:
             done = d.submit(JobSpec(roles=make_roles(1)))
             live = d.submit(JobSpec(roles=make_roles(1)))
             with NodeClient(served.address, d.job_token(done), done, 0) as n:
@@ -160,7 +161,7 @@ def test_serve_forgets_finished_jobs_after_keep_finished_days_even_across_a_rest
         served.stop()
     served = Served(tmp_path, port=served.port, state_dir=state)  # its journal records went too
     try:
-        with DriverClient(served.address, served.secret) as d:
+        with DriverClient(served.address, served.secret, owner_key=owner) as d:
             assert [j["job"] for j in d.status()["jobs"]] == [live]
     finally:
         served.stop()

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzzframes import Generator, Outcome, run_plans
+from tests.fuzzframes import FUZZ_OWNER_KEY, Generator, Outcome, run_plans
 from tfcoord.client import DriverClient, JobSpec, NodeClient, make_roles
 from tfcoord.client import messages as m
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
@@ -174,7 +174,7 @@ def _fresh_jobs(coord: EmbeddedCoordinator) -> dict[str, int]:
             roles=make_roles(2, chief="chief", evaluator=True), tolerate_failure=("evaluator",)
         ),
     }
-    with DriverClient(coord.address, coord.secret) as d:
+    with DriverClient(coord.address, coord.secret, owner_key=FUZZ_OWNER_KEY) as d:
         for job, spec in specs.items():
             d.submit(spec, job)
     return {job: spec.size for job, spec in specs.items()}
@@ -183,7 +183,7 @@ def _fresh_jobs(coord: EmbeddedCoordinator) -> dict[str, int]:
 def _run_batch(
     coord: EmbeddedCoordinator, errors: _Errors, structured: list[Any], seed: int, frames: int
 ) -> int:
-    gen = Generator(random.Random(seed), coord.secret, _fresh_jobs(coord), structured)
+    gen = Generator(random.Random(seed), coord.secret, _fresh_jobs(coord), structured, coord.admin_secret)
     plans = gen.plans(frames)
     outcomes: list[Outcome] = asyncio.run(run_plans("127.0.0.1", coord.port, gen, plans))
     bad = [o for o in outcomes if not o.ok]

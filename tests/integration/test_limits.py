@@ -101,7 +101,7 @@ def test_a_partial_frame_that_stalls_is_cut_off(coord, partial):
 
 
 def test_an_idle_authenticated_connection_is_closed(coord):
-    raw = Raw(coord.port).login(coord.secret, "admin")
+    raw = Raw(coord.port).login(coord.admin_secret, "admin")
     replies = raw.until_closed()
     assert [r.code for r in replies] == ["idle_timeout"]  # type: ignore[attr-defined]
 
@@ -109,7 +109,7 @@ def test_an_idle_authenticated_connection_is_closed(coord):
 def test_a_connection_with_a_pending_wait_is_not_idle(coord):
     with DriverClient(coord.address, coord.secret) as d:
         job = d.submit(JobSpec(roles=make_roles(1)))
-    raw = Raw(coord.port).login(coord.secret, "driver")
+    raw = Raw(coord.port).login(coord.admin_secret, "admin")
     wait_s = IDLE_S * 4
     t0 = time.monotonic()
     raw.send(m.AwaitJob(id=7, job=job, timeout_s=wait_s))
@@ -158,7 +158,7 @@ def test_a_peer_that_does_not_read_its_replies_is_not_read_either(coord):
     with DriverClient(coord.address, coord.secret) as d:
         job = d.submit(JobSpec(roles=make_roles(size)))
         reply_bytes = len(Connection().send(m.Reply(id=1, result=d.status(job))))
-    raw = Raw(coord.port).login(coord.secret, "admin")
+    raw = Raw(coord.port).login(coord.admin_secret, "admin")
     requests = 20_000
     flood = Connection().send(m.Status(id=1, job=job)) * requests
     sender = threading.Thread(target=raw.sock.sendall, args=(flood,), daemon=True)

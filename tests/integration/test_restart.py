@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from tfcoord.client import ClusterInfo, DriverClient, JobSpec, NodeClient, make_roles
+from tfcoord.client import ClusterInfo, DriverClient, JobSpec, NodeClient, auth, make_roles
 from tfcoord.coordinator.journal import SqliteJournal
 from tfcoord.coordinator.mesos.engine import FRAMEWORK_ID_META
 
@@ -121,8 +121,9 @@ def test_journal_meta_survives_kill_9_and_restarts(tmp_path: Path):
     """What an engine keeps in the journal's meta table (the Mesos framework id, so a
     restarted coordinator re-registers as the same framework) outlives the coordinator."""
     state = tmp_path / "state"
+    owner = auth.new_owner_key()  # the same driver before and after every restart
     served = Served(tmp_path, state_dir=state)
-    with DriverClient(served.address, served.secret) as d:
+    with DriverClient(served.address, served.secret, owner_key=owner) as d:
         job = d.submit(JobSpec(roles=make_roles(1)))
     assert served.stop() == 0
     journal = SqliteJournal(state)  # as the framework does on SUBSCRIBED, in its own transaction
@@ -130,7 +131,7 @@ def test_journal_meta_survives_kill_9_and_restarts(tmp_path: Path):
     journal.close()
     for _ in range(2):
         served = Served(tmp_path, port=served.port, state_dir=state)
-        with DriverClient(served.address, served.secret) as d:
+        with DriverClient(served.address, served.secret, owner_key=owner) as d:
             assert d.status(job)["state"] == "SUBMITTED"
             d.submit(JobSpec(roles=make_roles(1)))  # more journal writes on top
         assert served.stop(signal.SIGKILL) == -signal.SIGKILL

@@ -107,8 +107,10 @@ def test_a_replayed_hello_is_refused(coordinator):
 
 def test_a_proof_is_bound_to_the_role_it_was_made_for(coordinator):
     raw = Raw(coordinator.port)
-    admin = raw.hello(coordinator.secret, "admin")
-    raw.send(m.Hello(version=admin.version, role="driver", job=None, proof=admin.proof, cnonce=admin.cnonce))
+    driver = raw.hello(coordinator.secret, "driver")
+    raw.send(
+        m.Hello(version=driver.version, role="admin", job=None, proof=driver.proof, cnonce=driver.cnonce)
+    )
     assert [r.code for r in raw.until_closed()] == ["auth_failed"]  # type: ignore[attr-defined]
 
 

@@ -250,7 +250,8 @@ def test_a_reply_too_large_for_a_frame_is_refused_and_the_connection_carries_on(
 
 def test_a_wait_on_its_default_deadline_survives_a_reconnect(coordinator, background):
     """The resent wait asks for what is left of it, never more than the field allows."""
-    with _driver(coordinator) as d, _driver(coordinator) as other:
+    admin = DriverClient(coordinator.address, coordinator.admin_secret, role="admin").connect()
+    with _driver(coordinator) as d, admin as other:
         job = d.submit(JobSpec(roles=make_roles(1)))
         background.start(d.await_job, job)  # timeout_s = MAX_TIMEOUT_S, the default
         wait_until(

@@ -1,12 +1,19 @@
-"""Shared-secret authentication: HMAC-SHA256 proofs and per-job node tokens.
+"""Shared-secret authentication: HMAC-SHA256 proofs, driver owners and per-job node tokens.
 
 The secret never crosses the wire. The server sends a random nonce; the client
 answers with ``HMAC(key, context || nonce)`` where the key is the coordinator
-secret (drivers, admins) or the job's token (nodes). A job token is
-``HMAC(secret, "tfcoord job token" || job)``: a node holding it can prove itself
-only for that one job, and the coordinator can recompute it without storing it.
-The context binds the proof to the role and job claimed, so a proof cannot be
-reused for another role or job, and a fresh nonce per connection stops replays.
+secret (drivers), the admin secret (admins) or the job's token (nodes). The context
+binds the proof to the role, job and owner claimed, so a proof cannot be reused for
+another, and a fresh nonce per connection stops replays.
+
+Drivers share the coordinator secret, so the secret alone cannot tell one driver from
+another. Each driver therefore also holds an *owner key* of its own (random, per
+``DriverClient``), sent in its hello (inside TLS); the coordinator keeps only its digest,
+:func:`owner_digest`, with every job the driver submits, and shows and stops a job only
+for a connection with the same owner (or an admin). A job token is
+``HMAC(secret, "tfcoord job token" || job || owner digest)``: a node holding it can prove
+itself only for that one job; another driver, who knows the secret but not the owner
+key, cannot make it; and the coordinator recomputes it without storing it.
 """
 
 from __future__ import annotations
@@ -30,13 +37,29 @@ def new_secret() -> bytes:
     return secrets.token_hex(32).encode()
 
 
-def job_token(secret: bytes, job: str) -> bytes:
-    """The key a node of ``job`` authenticates with."""
-    return hmac.new(secret, b"tfcoord job token\0" + job.encode(), hashlib.sha256).digest()
+#: Bytes of a driver's owner key.
+OWNER_KEY_BYTES = 32
 
 
-def client_proof(key: bytes, nonce: bytes, role: str, job: str | None) -> bytes:
-    context = b"tfcoord hello\0" + role.encode() + b"\0" + (job or "").encode() + b"\0"
+def new_owner_key() -> bytes:
+    """A fresh owner key for one driver."""
+    return secrets.token_bytes(OWNER_KEY_BYTES)
+
+
+def owner_digest(owner_key: bytes) -> bytes:
+    """What the coordinator keeps of a driver's owner key: enough to recognise it, not to
+    present it."""
+    return hashlib.sha256(b"tfcoord owner\0" + owner_key).digest()
+
+
+def job_token(secret: bytes, job: str, owner: bytes = b"") -> bytes:
+    """The key a node of ``job`` authenticates with; ``owner`` is the submitting driver's
+    :func:`owner_digest`."""
+    return hmac.new(secret, b"tfcoord job token\0" + job.encode() + b"\0" + owner, hashlib.sha256).digest()
+
+
+def client_proof(key: bytes, nonce: bytes, role: str, job: str | None, owner_key: bytes = b"") -> bytes:
+    context = b"tfcoord hello\0" + role.encode() + b"\0" + (job or "").encode() + b"\0" + owner_key + b"\0"
     return hmac.new(key, context + nonce, hashlib.sha256).digest()
 
 

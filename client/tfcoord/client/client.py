@@ -151,6 +151,7 @@ class Client:
         challenge_timeout_s: float = CHALLENGE_TIMEOUT_S,
         fail_fast: bool = False,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        owner_key: bytes = b"",
     ) -> None:
         if role not in m.CLIENT_ROLES:
             raise ValueError(f"role must be one of {m.CLIENT_ROLES}")
@@ -159,6 +160,7 @@ class Client:
         self.address = address
         self._hostport = parse_address(address)
         self._key = key
+        self._owner_key = owner_key
         self.role = role
         self.job = job
         self._ssl = ssl_context
@@ -239,7 +241,12 @@ class Client:
                 sock = self._ssl.wrap_socket(sock, server_hostname=self._hostport[0])
             conn = Connection()
             shake = handshake.Connecting(
-                self._key, self.role, self.job, m.PROTOCOL_VERSION, f"the coordinator at {self.address}"
+                self._key,
+                self.role,
+                self.job,
+                m.PROTOCOL_VERSION,
+                f"the coordinator at {self.address}",
+                owner_key=self._owner_key,
             )
             sock.sendall(conn.send(shake.hello(self._await_challenge(sock, conn))))
             shake.welcome(_recv_one(sock, conn))
@@ -505,14 +512,27 @@ def _result(reply: m.Message) -> Mapping[str, Any]:
 
 
 class DriverClient(Client):
-    """Submits jobs and awaits them. Authenticates with the coordinator secret."""
+    """Submits jobs and awaits them. Authenticates with the coordinator secret.
 
-    def __init__(self, address: str, secret: bytes, **kw: Any) -> None:
+    Each driver has an owner key of its own (``owner_key``, random unless given): the
+    jobs it submits can be seen and stopped only by a driver with the same key, or by an
+    admin (``role="admin"`` with the coordinator's admin secret as ``secret``), and their
+    node tokens are bound to it.
+    """
+
+    def __init__(self, address: str, secret: bytes, *, owner_key: bytes | None = None, **kw: Any) -> None:
+        role = kw.pop("role", "driver")
+        if role == "driver":
+            owner_key = owner_key or auth.new_owner_key()
+        elif owner_key:
+            raise ValueError("only a driver has an owner key; an admin sees every job")
         # The coordinator reads its secret file stripped (auth.read_secret); a secret read
         # here with Path.read_bytes() carries the file's newline and would never match.
         secret = secret.strip()
-        super().__init__(address, secret, role=kw.pop("role", "driver"), **kw)
+        super().__init__(address, secret, role=role, owner_key=owner_key or b"", **kw)
         self.secret = secret
+        #: The digest the coordinator keeps with this driver's jobs (see ``auth.owner_digest``).
+        self.owner = auth.owner_digest(owner_key) if owner_key else b""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kw: Any) -> DriverClient:
@@ -549,8 +569,10 @@ class DriverClient(Client):
         return cls(address, secret, **kw)
 
     def job_token(self, job: str) -> bytes:
-        """The token nodes of ``job`` authenticate with."""
-        return auth.job_token(self.secret, job)
+        """The token nodes of ``job`` (submitted by this driver) authenticate with."""
+        if self.role != "driver":
+            raise ValueError("only the driver that submitted a job can make its node token")
+        return auth.job_token(self.secret, job, self.owner)
 
     def submit(self, spec: m.JobSpec, job: str | None = None) -> str:
         """Submit a job; returns its id. Resubmitting the same id and spec is harmless."""

@@ -95,7 +95,8 @@ class Accepting:
                 ErrorCode.AUTH_FAILED, f"a {hello.role} may not connect here (only {', '.join(self.roles)})"
             )
         expected = self.key_for(hello.role, hello.job)
-        if not auth.verify(auth.client_proof(expected.key, self.nonce, hello.role, hello.job), hello.proof):
+        proof = auth.client_proof(expected.key, self.nonce, hello.role, hello.job, hello.owner)
+        if not auth.verify(proof, hello.proof):
             raise HandshakeRefused(
                 ErrorCode.AUTH_FAILED,
                 f"authentication failed for a {hello.role} connection: the proof does not match "
@@ -111,12 +112,16 @@ class Connecting:
     Args:
         key: the secret or job token this side proves it holds.
         role, job: who this side says it is.
+        owner_key: a driver's owner key (see :mod:`.auth`), sent in the hello and covered by the proof.
         version: the protocol version spoken (and demanded).
         peer: how errors name the other side ("the coordinator at h:p").
     """
 
-    def __init__(self, key: bytes, role: str, job: str | None, version: int, peer: str) -> None:
+    def __init__(
+        self, key: bytes, role: str, job: str | None, version: int, peer: str, *, owner_key: bytes = b""
+    ) -> None:
         self.key = key
+        self.owner_key = owner_key
         self.role = role
         self.job = job
         self.version = version
@@ -142,8 +147,15 @@ class Connecting:
                 f"{self.peer} speaks protocol version {challenge.version}, this side {self.version}; "
                 "install matching tfcoord versions"
             )
-        proof = auth.client_proof(self.key, challenge.nonce, self.role, self.job)
-        return m.Hello(version=self.version, role=self.role, job=self.job, proof=proof, cnonce=self.cnonce)
+        proof = auth.client_proof(self.key, challenge.nonce, self.role, self.job, self.owner_key)
+        return m.Hello(
+            version=self.version,
+            role=self.role,
+            job=self.job,
+            proof=proof,
+            cnonce=self.cnonce,
+            owner=self.owner_key,
+        )
 
     def welcome(self, answer: m.Message) -> None:
         """Check the accepting side's answer to our hello.

@@ -140,6 +140,14 @@ def _bytes(exact: int) -> Callable[[Any], None]:
     return check
 
 
+_key32 = _bytes(32)
+
+
+def _owner_key(v: Any) -> None:
+    if v != b"":
+        _key32(v)
+
+
 def _blob(v: Any) -> None:
     if not isinstance(v, bytes):
         raise ValueError("must be bytes")
@@ -551,8 +559,10 @@ class Hello(Message):
     """Client → server: who I am and proof that I hold the key for it.
 
     ``proof`` is HMAC-SHA256 over the server's nonce, keyed with the coordinator
-    secret (driver, admin) or the job's token (node). ``cnonce`` lets the client
-    check the server's proof in :class:`Welcome` in turn.
+    secret (driver), the admin secret (admin) or the job's token (node). ``cnonce`` lets
+    the client check the server's proof in :class:`Welcome` in turn. A driver sends its
+    ``owner`` key (see ``auth``): the jobs it submits are its own, seen and stopped by it
+    (and admins) only.
     """
 
     op: ClassVar[str] = "hello"
@@ -561,6 +571,7 @@ class Hello(Message):
     job: str | None = _f(_opt_ident)
     proof: bytes = _f(_bytes(32))
     cnonce: bytes = _f(_bytes(32))
+    owner: bytes = _f(_owner_key, default=b"")
 
 
 @dataclass(frozen=True)

@@ -44,16 +44,21 @@ class EmbeddedCoordinator:
         advertise_host: str | None = None,
         mesos: MesosConfig | None = None,
         mesos_gpus: bool = False,
+        admin_secret: bytes | None = None,
         **options: Any,
     ) -> None:
         self.secret = secret or auth.new_secret()
+        #: Sees and stops every job (drivers only their own); never given to executors.
+        self.admin_secret = admin_secret or auth.new_secret()
         engines: tuple[EngineFactory, ...] = ()
         if mesos is not None:
             from .mesos.plugin import MesosEngineFactory
 
             engines = (MesosEngineFactory(mesos, gpu_resources=mesos_gpus),)
         self.config = ServiceConfig(
-            server=ServerConfig(secret=self.secret, host=host, port=port, **options),
+            server=ServerConfig(
+                secret=self.secret, admin_secret=self.admin_secret, host=host, port=port, **options
+            ),
             engines=engines,
             advertise_host=advertise_host,
         )

@@ -97,7 +97,7 @@ def event_job(ev: s.Event) -> str:
 def encode_event(ev: s.Event) -> tuple[str, bytes]:
     body: dict[str, Any]
     if isinstance(ev, s.SubmitJob):
-        body = {"job": ev.job, "spec": ev.spec.to_wire()}
+        body = {"job": ev.job, "spec": ev.spec.to_wire(), "owner": ev.owner}
     elif isinstance(ev, (s.RegisterNode, s.ReportNode, s.HeartbeatNode)):
         body = {"req": ev.req.to_wire()}
     elif isinstance(ev, s.StopJobEvent):
@@ -127,7 +127,9 @@ def decode_event(kind: str, data: bytes) -> s.Event:
     b: Any = unpack(data)
     now = b["now"]
     if kind == "SubmitJob":
-        return s.SubmitJob(now=now, job=b["job"], spec=m.JobSpec.from_wire(b["spec"]))
+        return s.SubmitJob(
+            now=now, job=b["job"], spec=m.JobSpec.from_wire(b["spec"]), owner=b.get("owner", b"")
+        )
     if kind == "RegisterNode":
         return s.RegisterNode(now=now, req=m.decode(b["req"]))  # type: ignore[arg-type]
     if kind == "ReportNode":

@@ -99,6 +99,8 @@ WRITE_BUDGET_S = 0.010
 @dataclass(frozen=True)
 class ServerConfig:
     secret: bytes
+    #: The admin credential (sees and stops every job); None: no admin may connect.
+    admin_secret: bytes | None = None
     host: str = "127.0.0.1"
     port: int = 0
     #: Authenticated connections (nodes, drivers, admins).
@@ -227,6 +229,8 @@ class _Peer(asyncio.Protocol):
         self.handshake = Accepting(m.PROTOCOL_VERSION, m.CLIENT_ROLES, server._key_for)
         self.role: str | None = None
         self.job: str | None = None
+        #: A driver's owner digest: the jobs it submits are its own.
+        self.owner = b""
         self.pending = 0
         self.closing = False
         self.peername = "?"
@@ -419,6 +423,12 @@ class _Peer(asyncio.Protocol):
 
     # helpers
 
+    @property
+    def viewer(self) -> s.Viewer:
+        """Whose jobs this connection may see: a driver its own; admins and nodes (checked
+        against their one job in ``dispatch``) every one."""
+        return self.owner if self.role == "driver" else None
+
     def _count_unauth(self, delta: int) -> None:
         srv = self.server
         self._unauth = delta > 0
@@ -557,13 +567,27 @@ class CoordinatorServer:
         self.engines: dict[str, Any] = {}
         self.stopped = asyncio.Event()
         self._handlers: dict[type, Any] = {
-            m.Submit: lambda p, r, now: s.SubmitJob(now=now, job=r.job, spec=r.spec, waiter=(p.id, r.id)),
-            m.AwaitJob: lambda p, r, now: s.AwaitJobEvent(now=now, req=r, waiter=(p.id, r.id)),
-            m.WatchJob: lambda p, r, now: s.AwaitJobEvent(now=now, req=r, waiter=(p.id, r.id)),
-            m.StopJob: lambda p, r, now: s.StopJobEvent(
-                now=now, job=r.job, reason=r.reason, cause=r.cause, dry_run=r.dry_run, waiter=(p.id, r.id)
+            m.Submit: lambda p, r, now: s.SubmitJob(
+                now=now, job=r.job, spec=r.spec, waiter=(p.id, r.id), owner=p.owner
             ),
-            m.Status: lambda p, r, now: s.StatusEvent(now=now, job=r.job, waiter=(p.id, r.id)),
+            m.AwaitJob: lambda p, r, now: s.AwaitJobEvent(
+                now=now, req=r, waiter=(p.id, r.id), viewer=p.viewer
+            ),
+            m.WatchJob: lambda p, r, now: s.AwaitJobEvent(
+                now=now, req=r, waiter=(p.id, r.id), viewer=p.viewer
+            ),
+            m.StopJob: lambda p, r, now: s.StopJobEvent(
+                now=now,
+                job=r.job,
+                reason=r.reason,
+                cause=r.cause,
+                dry_run=r.dry_run,
+                waiter=(p.id, r.id),
+                viewer=p.viewer,
+            ),
+            m.Status: lambda p, r, now: s.StatusEvent(
+                now=now, job=r.job, waiter=(p.id, r.id), viewer=p.viewer
+            ),
             m.Register: lambda p, r, now: s.RegisterNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
             m.Report: lambda p, r, now: s.ReportNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
             m.Heartbeat: lambda p, r, now: s.HeartbeatNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
@@ -685,6 +709,12 @@ class CoordinatorServer:
         self.apply(self._handlers[type(msg)](peer, msg, time.time()))
 
     def _hello(self, peer: _Peer, msg: m.Message) -> None:
+        if isinstance(msg, m.Hello) and msg.role == "driver" and not msg.owner:
+            peer.fail(
+                ErrorCode.AUTH_FAILED,
+                "a driver must send its owner key in hello; upgrade tfcoord on the driver",
+            )
+            return
         try:
             welcome = peer.handshake.accept(msg)
         except HandshakeRefused as e:
@@ -695,17 +725,39 @@ class CoordinatorServer:
         assert isinstance(msg, m.Hello)
         if not peer.authenticated(msg.role, msg.job):
             return
+        if msg.role == "driver":
+            peer.owner = auth.owner_digest(msg.owner)
         peer.write(welcome)
 
     def _key_for(self, role: str, job: str | None) -> KeyFor:
-        """What a peer claiming ``role`` (and ``job``) must prove it holds."""
+        """What a peer claiming ``role`` (and ``job``) must prove it holds.
+
+        A node's job token is bound to the driver that submitted its job (``auth``): for a
+        job this coordinator does not hold, there is no token to prove, and a random key
+        stands in so the refusal reads (and costs) the same as a wrong token. The admin
+        proves the admin secret; a coordinator without one has no admin.
+        """
         if role == "node":
             if not job:
                 raise HandshakeRefused(ErrorCode.AUTH_FAILED, "a node must name its job in hello")
+            known = self.state.jobs.get(job)
             return KeyFor(
-                auth.job_token(self.config.secret, job),
-                f"the job token of {job}",
+                auth.job_token(self.config.secret, job, known.owner)
+                if known is not None
+                else auth.new_secret(),
+                f"the job token of {job} (or there is no such job)",
                 ". Check the secret file (TFCOORD_SECRET_FILE), and that the token belongs to this job",
+            )
+        if role == "admin":
+            return KeyFor(
+                self.config.admin_secret or auth.new_secret(),
+                "the admin secret",
+                ". Check the admin secret file (TFCOORD_ADMIN_SECRET_FILE)"
+                + (
+                    ""
+                    if self.config.admin_secret
+                    else "; this coordinator has none (serve --admin-secret-file)"
+                ),
             )
         return KeyFor(
             self.config.secret, "the coordinator secret", ". Check the secret file (TFCOORD_SECRET_FILE)"

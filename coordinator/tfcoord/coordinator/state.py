@@ -122,11 +122,18 @@ class Event:
     now: float
 
 
+#: Whose jobs a driver request may see: the driver's owner digest (``auth.owner_digest``),
+#: or None for every job (admins; nodes, whose job the server already checked).
+Viewer = bytes | None
+
+
 @dataclass(frozen=True)
 class SubmitJob(Event):
     job: str
     spec: m.JobSpec
     waiter: Waiter | None = None
+    #: The submitting driver's owner digest: only it (and admins) may see or stop the job.
+    owner: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,7 @@ class AwaitStopEvent(Event):
 class AwaitJobEvent(Event):
     req: m.AwaitJob | m.WatchJob
     waiter: Waiter
+    viewer: Viewer = None
 
 
 @dataclass(frozen=True)
@@ -180,12 +188,14 @@ class StopJobEvent(Event):
     waiter: Waiter | None = None
     #: The job's ``reason`` once it stops: requested, or forced by its engine giving up.
     cause: FailureReason = FailureReason.STOPPED
+    viewer: Viewer = None
 
 
 @dataclass(frozen=True)
 class StatusEvent(Event):
     job: str | None
     waiter: Waiter
+    viewer: Viewer = None
 
 
 @dataclass(frozen=True)
@@ -589,7 +599,8 @@ class CoordinatorState:
             "brief": True,
         }
 
-    def summary(self) -> list[dict[str, Any]]:
+    def summary(self, viewer: Viewer = None) -> list[dict[str, Any]]:
+        """One line per job ``viewer`` may see (every job for None)."""
         return [
             {
                 "job": j.id,
@@ -603,6 +614,7 @@ class CoordinatorState:
                 "error": j.error,
             }
             for j in self.jobs.values()
+            if viewer is None or j.owner == viewer
         ]
 
     @staticmethod
@@ -802,8 +814,10 @@ class CoordinatorState:
     def _node_waits(self, job_id: str, kind: str, executor_id: int) -> list[Waiter]:
         return list(self._waits_by_node.get((job_id, kind, executor_id), ()))
 
-    def _job_or_error(self, job_id: str, waiter: Waiter | None) -> Job | None:
+    def _job_or_error(self, job_id: str, waiter: Waiter | None, viewer: Viewer = None) -> Job | None:
         job = self.jobs.get(job_id)
+        if job is not None and viewer is not None and job.owner != viewer:
+            job = None  # another driver's job: as if it did not exist, so nothing leaks
         if job is None:
             self._error(
                 waiter,
@@ -944,7 +958,9 @@ class CoordinatorState:
     def _submit(self, ev: SubmitJob) -> None:
         existing = self.jobs.get(ev.job)
         if existing is not None:
-            if existing.spec == ev.spec:  # a driver resending after a reconnect
+            if (
+                existing.spec == ev.spec and existing.owner == ev.owner
+            ):  # a driver resending after a reconnect
                 self._reply(ev.waiter, job=ev.job, state=existing.state.value, created=False)
             else:
                 self._error(
@@ -958,9 +974,10 @@ class CoordinatorState:
             spec=ev.spec,
             submitted_at=ev.now,
             slots=[Slot(role, i) for role, i in ev.spec.slots()],
+            owner=ev.owner,
         )
         self.jobs[ev.job] = job
-        self._journal(SubmitJob(now=ev.now, job=ev.job, spec=ev.spec))
+        self._journal(SubmitJob(now=ev.now, job=ev.job, spec=ev.spec, owner=ev.owner))
         self._note(
             job,
             ev.now,
@@ -1029,7 +1046,7 @@ class CoordinatorState:
             self._reply(w, **answers[wait.brief])
 
     def _stop_job(self, ev: StopJobEvent) -> None:
-        job = self._job_or_error(ev.job, ev.waiter)
+        job = self._job_or_error(ev.job, ev.waiter, ev.viewer)
         if job is None:
             return
         live = [n for n in job.nodes() if n.live]
@@ -1489,7 +1506,7 @@ class CoordinatorState:
 
     def _await_job(self, ev: AwaitJobEvent) -> None:
         r = ev.req
-        job = self._job_or_error(r.job, ev.waiter)
+        job = self._job_or_error(r.job, ev.waiter, ev.viewer)
         if job is None:
             return
         if isinstance(r, m.WatchJob):
@@ -1506,8 +1523,8 @@ class CoordinatorState:
 
     def _status(self, ev: StatusEvent) -> None:
         if ev.job is None:
-            self._reply(ev.waiter, jobs=self.summary())
-        elif self._job_or_error(ev.job, ev.waiter) is not None:
+            self._reply(ev.waiter, jobs=self.summary(ev.viewer))
+        elif self._job_or_error(ev.job, ev.waiter, ev.viewer) is not None:
             self._reply(ev.waiter, **self.status(ev.job))
 
     # -- engines ------------------------------------------------------------------------

@@ -586,7 +586,8 @@ class MesosEngine:
         t.state, t.agent_id, t.started, t.note = "TASK_STAGING", p.agent_id, False, ""
         t.placements += 1
         self._tasks[t.task_id] = t
-        token = auth.job_token(self.server.config.secret, t.job).hex()
+        owner = self.server.state.jobs[t.job].owner if t.job in self.server.state.jobs else b""
+        token = auth.job_token(self.server.config.secret, t.job, owner).hex()
         launch = TaskLaunch(
             t.job, t.executor_id, t.attempt, t.role, t.index, self.address, token, job.mesos, p
         )
