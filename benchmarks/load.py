@@ -589,8 +589,8 @@ class SharedConn(asyncio.Protocol):
     a job, not to a node); the burst phase uses it only where the descriptor limit leaves
     no room for one connection per node (see :func:`run_burst`)."""
 
-    def __init__(self, job: str, token: bytes, executor_ids: list[int]) -> None:
-        self.job, self.token = job, token
+    def __init__(self, job: str, token: bytes, executor_ids: list[int], beater: Beater) -> None:
+        self.job, self.token, self.beater = job, token, beater
         self.members = [Member(self, e) for e in executor_ids]
         self.proto = Connection()
         self.transport: asyncio.Transport | None = None
@@ -634,6 +634,8 @@ class SharedConn(asyncio.Protocol):
                                            **ids))  # fmt: skip
                     self._write(m.AwaitCluster(id=next(self.ids), timeout_s=AWAIT_CLUSTER_S, **ids))
                     self._write(m.AwaitStop(id=next(self.ids), timeout_s=AWAIT_STOP_S, **ids))
+                for mb in self.members:  # heartbeating from registration on, as NodeClient does
+                    self.beater.add(mb)  # type: ignore[arg-type]
             elif isinstance(msg, m.ClusterReply):
                 mb = next(x for x in self.members if x.executor_id == msg.index)  # one role: index = executor
                 self._write(m.Report(id=next(self.ids), state="running", job=self.job,
@@ -662,12 +664,10 @@ async def _steady_worker(
     t0 = time.monotonic()
 
     async def open_one(job: str, token: bytes, executor_ids: list[int]) -> SharedConn:
-        c = SharedConn(job, token, executor_ids)
+        c = SharedConn(job, token, executor_ids, beater)
         async with gate:
             await loop.create_connection(lambda: c, "127.0.0.1", port)
         await asyncio.wait_for(c.ready, AWAIT_CLUSTER_S)
-        for mb in c.members:  # heartbeating from here on
-            beater.add(mb)  # type: ignore[arg-type]
         return c
 
     opened = await asyncio.gather(*(open_one(*c) for c in conns), return_exceptions=True)
