@@ -95,6 +95,8 @@ class Coordinator:
         if not self.secret_file.exists():
             auth.write_secret(self.secret_file)
         self.secret = auth.read_secret(self.secret_file)
+        #: One driver identity for the whole phase: a job is seen only by its submitter.
+        self.owner_key = auth.new_owner_key()
         self.state = tmp / "state"
         self.log = tmp / "serve.log"
         self.port = port
@@ -459,7 +461,7 @@ def run_load(nodes: int, jobs: int, duration_s: float, clients: int) -> dict[str
         coord = Coordinator(Path(tmp))
         try:
             per_job = nodes // jobs
-            with DriverClient(coord.address, coord.secret) as d:
+            with DriverClient(coord.address, coord.secret, owner_key=coord.owner_key) as d:
                 ids = [
                     d.submit(
                         JobSpec(
@@ -494,7 +496,7 @@ def run_load(nodes: int, jobs: int, duration_s: float, clients: int) -> dict[str
             results = [_recv(pipe) for _, pipe in procs]
             for proc, _ in procs:
                 proc.join(60)
-            with DriverClient(coord.address, coord.secret) as d:
+            with DriverClient(coord.address, coord.secret, owner_key=coord.owner_key) as d:
                 states = [j["state"] for j in d.status()["jobs"]]
             lat = sorted(x for r in results for x in array("d", r[1]["steady"]))
             storm = sorted(x for r in results for x in array("d", r[1]["setup"]))
@@ -738,7 +740,7 @@ def run_burst(jobs: int, per_job: int, burst_nodes: int) -> dict[str, Any]:
         coord = Coordinator(Path(tmp))
         procs: list[tuple[multiprocessing.Process, Pipe]] = []
         try:
-            with DriverClient(coord.address, coord.secret) as d:
+            with DriverClient(coord.address, coord.secret, owner_key=coord.owner_key) as d:
                 ids = [d.submit(JobSpec(roles=make_roles(per_job), reservation_timeout_s=PHASE_TIMEOUT_S,
                                         name=f"steady-{j}")) for j in range(jobs)]  # fmt: skip
                 tokens = {job: d.job_token(job) for job in ids}
@@ -765,7 +767,7 @@ def run_burst(jobs: int, per_job: int, burst_nodes: int) -> dict[str, Any]:
             steady[1].send("halt")
             cpu1, w1 = coord.cpu_s(), time.monotonic()
             rss, peak = coord.memory_mb()
-            with DriverClient(coord.address, coord.secret) as d:
+            with DriverClient(coord.address, coord.secret, owner_key=coord.owner_key) as d:
                 states = {j["job"]: j["state"] for j in d.status()["jobs"]}
             for _, pipe in procs:
                 pipe.send("stop")
@@ -820,7 +822,9 @@ def run_fuzz(seconds: float, clients: int) -> dict[str, Any]:
             frames = sum(r[0] for r in results)
             wall = max(r[1] for r in results)
             alive = coord.proc.poll() is None
-            with DriverClient(coord.address, coord.secret) as d:  # still serving a normal job?
+            with DriverClient(
+                coord.address, coord.secret, owner_key=coord.owner_key
+            ) as d:  # still serving a normal job?
                 from tfcoord.client import NodeClient
 
                 job = d.submit(JobSpec(roles=make_roles(1)))
@@ -920,7 +924,7 @@ def run_restart(nodes: int) -> dict[str, Any]:
         coord = Coordinator(Path(tmp))
         proc = None
         try:
-            with DriverClient(coord.address, coord.secret) as d:
+            with DriverClient(coord.address, coord.secret, owner_key=coord.owner_key) as d:
                 job = d.submit(
                     JobSpec(roles=make_roles(nodes), reservation_timeout_s=PHASE_TIMEOUT_S, name="restart")
                 )
@@ -936,7 +940,7 @@ def run_restart(nodes: int) -> dict[str, Any]:
             listening_s = coord.listened_at - t_kill
             _, resumed_at, count, errors = _recv(pipe)
             last_resumed = resumed_at[-1] if resumed_at else None
-            with DriverClient(coord.address, coord.secret) as d:
+            with DriverClient(coord.address, coord.secret, owner_key=coord.owner_key) as d:
                 st = d.status(job)
             pipe.send("stop")
             proc.join(60)

@@ -180,9 +180,11 @@ async def _node(
     return transport  # stays open until every node is ready, as a live node's would
 
 
-def _watch(address: str, secret: bytes, job: str, stop: threading.Event, seen: list[int]) -> None:
+def _watch(
+    address: str, secret: bytes, owner_key: bytes, job: str, stop: threading.Event, seen: list[int]
+) -> None:
     """What a driver does meanwhile (``tfcoord submit``, ``run()``): watch the job's progress, briefly."""
-    with DriverClient(address, secret) as d:
+    with DriverClient(address, secret, owner_key=owner_key) as d:
         version = 0
         while not stop.is_set():
             st = d.watch(job, version, 1.0, brief=True)
@@ -240,12 +242,15 @@ def run_tfcoord(nodes: int) -> dict:
                     raise RuntimeError("tfcoord serve did not start")
                 time.sleep(0.02)
             port = int(port_file.read_text())
-            with DriverClient(f"127.0.0.1:{port}", secret) as d:
+            owner_key = auth.new_owner_key()  # the watcher below is the same driver
+            with DriverClient(f"127.0.0.1:{port}", secret, owner_key=owner_key) as d:
                 job = d.submit(JobSpec(roles=make_roles(nodes), reservation_timeout_s=RUN_TIMEOUT_S))
                 token = d.job_token(job)
                 rss_idle, cpu0 = _rss_mb(proc.pid), _cpu_s(proc.pid)
                 stop, seen = threading.Event(), []
-                watcher = threading.Thread(target=_watch, args=(f"127.0.0.1:{port}", secret, job, stop, seen))
+                watcher = threading.Thread(
+                    target=_watch, args=(f"127.0.0.1:{port}", secret, owner_key, job, stop, seen)
+                )
                 watcher.start()
                 try:
                     sim0 = _own_cpu_s()
