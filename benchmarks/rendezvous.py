@@ -1,6 +1,6 @@
 """Rendezvous benchmark: N nodes start at once; how long until every one holds the cluster spec?
 
-    python benchmarks/rendezvous.py --nodes 10,100,1000 [--against tfos] [--json]
+    python benchmarks/rendezvous.py --nodes 10,100,1000 [--repeats N] [--against tfos] [--json]
 
 For tfcoord, ``tfcoord serve`` runs as its own process (so its RSS is its own), and
 N simulated nodes run in this process on one asyncio loop. Each node does exactly
@@ -17,7 +17,11 @@ traversing it. The coordinator runs as it does in production.
 
 ``--against tfos`` runs TensorFlowOnSpark 2.2.5's own reservation server and
 clients on the same N in the same run (``anchor_tfos.py``); a failure there is
-recorded, not raised. Each system prints one JSON line: system, nodes,
+recorded, not raised. With ``--repeats N`` (N > 1) tfcoord runs N times per size, each
+against a fresh coordinator, and prints one row per size: all_ready_s_median,
+all_ready_s_p95 (nearest rank), all_ready_s_max, rss_per_node_kb (median),
+coordinator_cpu_us_per_node (median) and every run's all_ready_s; the anchor runs once
+and its ratio is to tfcoord's median. Otherwise each system prints one JSON line: system, nodes,
 all_ready_s, coordinator_rss_mb (and for tfcoord rss_per_node_kb, the growth over
 the idle coordinator divided by N, and the CPU seconds the coordinator and the
 simulator each spent: on two cores the two together bound all_ready_s).
