@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-import io
-
+import msgpack
 import numpy as np
 import pytest
 
+from tfcoord.client import feedmessages as fm
+from tfcoord.client import messages as m
 from tfcoord.client.errors import RemoteProtocolError
+from tfcoord.client.protocol import CLOSED, Connection
+from tfcoord.client.vocab import ErrorCode
 from tfcoord.node import feedwire as fw
 from tfcoord.node.feedqueue import FeedQueue
 
 
-def _frames(data: bytes) -> list[dict]:
-    f = io.BytesIO(data)
+def _frames(data: bytes) -> list[m.Message]:
+    """The feed messages in ``data``, through the shared framing."""
+    conn = Connection(fw.MAX_FRAME_BYTES, decode=fm.decode)
+    conn.receive_data(data)
+    conn.receive_data(b"")
     out = []
-    while (frame := fw.read_frame(f)) is not None:
-        out.append(frame)
+    while (msg := conn.next_event()) is not CLOSED:
+        out.append(msg)
     return out
 
 
@@ -57,7 +63,7 @@ def test_batches_keep_every_record_in_order_and_cap_records_per_frame():
     records = [(i, f"s{i}", b"\x00" * (i % 3)) for i in range(20_000)]
     out = list(fw.batches(records, fw.BatchPacker(max_records=7000)))
     assert [n for _, n in out] == [7000, 7000, 6000]
-    decoded = [r for frame, _ in out for f in _frames(frame) for r in f["records"]]
+    decoded = [r for frame, _ in out for f in _frames(frame) for r in f.records]
     assert decoded == [[i, s, b] for i, s, b in records]  # tuples travel as lists
 
 
@@ -69,7 +75,7 @@ def test_batches_close_at_the_byte_target():
 
 def test_numpy_arrays_and_scalars_become_plain_values():
     (frame, n), *_ = fw.batches([(np.arange(3, dtype=np.int32), np.float32(1.5), np.bool_(True))])
-    assert n == 1 and _frames(frame)[0]["records"] == [[[0, 1, 2], 1.5, True]]
+    assert n == 1 and _frames(frame)[0].records == [[[0, 1, 2], 1.5, True]]
 
 
 def test_an_unsupported_record_names_its_type():
@@ -85,13 +91,33 @@ def test_a_record_over_the_frame_limit_is_refused():
         fw.BatchPacker().add(b"x" * fw.MAX_FRAME_BYTES)
 
 
-def test_read_frame_refuses_oversized_and_truncated_frames():
+def test_feed_frames_refuse_oversized_truncated_and_unknown_messages():
     with pytest.raises(RemoteProtocolError, match="exceeds"):
-        fw.read_frame(io.BytesIO((fw.MAX_FRAME_BYTES + 1).to_bytes(4, "big")))
+        _frames((fw.MAX_FRAME_BYTES + 1).to_bytes(4, "big"))
     with pytest.raises(RemoteProtocolError, match="inside a frame"):
-        fw.read_frame(io.BytesIO(fw.encode("done")[:-1]))
-    with pytest.raises(RemoteProtocolError, match="map with an 'op'"):
-        fw.read_frame(io.BytesIO(b"\x00\x00\x00\x01\x01"))
+        _frames(fw.frame(fm.Credit(n=1))[:-1])
+    with pytest.raises(RemoteProtocolError, match="must hold a map"):
+        _frames(b"\x00\x00\x00\x01\x01")
+    with pytest.raises(
+        RemoteProtocolError, match="unknown feed op 'status'"
+    ):  # a coordinator op is not a feed op
+        _frames(Connection().send(m.Status(id=1)))
+    with pytest.raises(RemoteProtocolError, match=r"open\.qname"):
+        _frames(_packed({"op": "open", "kind": "feed", "qname": ""}))
+    with pytest.raises(RemoteProtocolError, match=r"credit\.n"):
+        _frames(_packed({"op": "credit", "n": -1}))
+
+
+def _packed(obj: dict) -> bytes:
+    """A frame packed by hand, for maps the message classes refuse to build."""
+    body = msgpack.packb(obj)
+    return len(body).to_bytes(4, "big") + body
+
+
+def test_a_batch_frame_is_the_batch_message():
+    (frame, n), *_ = fw.batches([1, "a", b"b"])
+    assert n == 3 and _frames(frame) == [fm.Batch(records=[1, "a", b"b"])]
+    assert frame == fw.frame(fm.Batch(records=[1, "a", b"b"]))
 
 
 # -- the node's queue ---------------------------------------------------------------------
@@ -224,7 +250,7 @@ def test_memory_is_bounded_by_the_credit_window():
         most = max(most, q.buffered)
         t = q.take(7, partition_bound=False)  # a slow consumer: less than a batch per step
         for _, n in t.credits.items():
-            feeder.handle({"op": "credit", "n": n})
+            feeder.handle(fm.Credit(n=n))
     assert most <= fw.WINDOW_BATCHES * 10
 
 
@@ -234,7 +260,7 @@ def test_memory_is_bounded_by_the_credit_window():
 def test_feeder_needs_credit_to_send():
     s = fw.FeederState(node="worker:0", qname="input", train=True)
     assert not s.can_send
-    s.handle({"op": "credit", "n": 2})
+    s.handle(fm.Credit(n=2))
     s.sent(5)
     s.sent(5)
     assert not s.can_send and s.records_sent == 10
@@ -247,8 +273,8 @@ def test_training_feeder_finishes_when_the_node_says_done():
     s.sent(3)
     s.ended = True
     assert not s.finished
-    s.handle({"op": "keepalive"})
-    s.handle({"op": "done"})
+    s.handle(fm.Keepalive())
+    s.handle(fm.Done())
     assert s.finished
 
 
@@ -257,31 +283,31 @@ def test_inference_feeder_finishes_with_one_result_per_record():
     s.sent(2)
     s.sent(1)
     s.ended = True
-    assert s.handle({"op": "results", "results": [1, 4]}) == [1, 4]
+    assert s.handle(fm.Results(results=[1, 4])) == [1, 4]
     assert not s.finished
-    s.handle({"op": "done"})
+    s.handle(fm.Done())
     assert not s.finished  # done alone is not enough: the results are what the task returns
-    s.handle({"op": "results", "results": [9]})
+    s.handle(fm.Results(results=[9]))
     assert s.finished and s.results == [1, 4, 9]
     with pytest.raises(fw.FeedError, match="returned 4 results for 3 records"):
-        s.handle({"op": "results", "results": [0]})
+        s.handle(fm.Results(results=[0]))
 
 
 def test_node_errors_raise_typed_errors_naming_node_and_queue():
     s = fw.FeederState(node="worker:1 (executor 1)", qname="input", train=True)
     with pytest.raises(fw.FeedTimeout, match="took no records"):
         s.handle(
-            {"op": "error", "code": "feed_timeout", "message": "worker:1 took no records from queue 'input'"}
+            m.Error(
+                id=None, code=ErrorCode.FEED_TIMEOUT, message="worker:1 took no records from queue 'input'"
+            )
         )
     with pytest.raises(fw.FeedError, match=r"worker:1 \(executor 1\) \(queue 'input'\): boom"):
-        s.handle({"op": "error", "code": "node_failed", "message": "boom"})
+        s.handle(m.Error(id=None, code=ErrorCode.NODE_FAILED, message="boom"))
     with pytest.raises(RemoteProtocolError, match="unexpected"):
-        s.handle({"op": "batch"})
-    with pytest.raises(RemoteProtocolError, match="bad count"):
-        s.handle({"op": "credit", "n": -1})
+        s.handle(fm.Batch(records=[]))
 
 
 def test_a_stop_finishes_the_feeder_at_once():
     s = fw.FeederState(node="worker:0", qname="input", train=True, credit=3)
-    s.handle({"op": "stop", "reason": "job stopping"})
+    s.handle(fm.Stop(reason="job stopping"))
     assert s.finished and not s.can_send and s.stopped == "job stopping"

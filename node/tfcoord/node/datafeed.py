@@ -29,7 +29,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfcoord.client import auth
+from tfcoord.client import feedmessages as fm
+from tfcoord.client import handshake
+from tfcoord.client import messages as m
+from tfcoord.client.errors import LocalProtocolError, RemoteProtocolError, TfcoordError
 from tfcoord.client.vocab import ErrorCode
 
 from . import feedwire as fw
@@ -42,8 +45,6 @@ HANDSHAKE_TIMEOUT_S = 10.0
 #: How often the watchdog looks for a stalled consumer: well under the smallest useful
 #: feed_timeout (1 s), so a stall is reported within a fifth of a second of the deadline.
 WATCHDOG_PERIOD_S = 0.2
-#: Queue names are short identifiers (TensorFlowOnSpark's defaults: input, output, error).
-MAX_QNAME_LEN = 64
 #: How long ``next_batch`` sleeps between looks when nothing arrives (woken on any arrival).
 WAIT_SLICE_S = 1.0
 #: A feeder may be silent for long (its partition's upstream is slow), so feed connections
@@ -151,8 +152,8 @@ class FeedServer:
                         segments[-1] = (pid, segments[-1][1] + k)
                     else:
                         segments.append((pid, k))
-                effects = [(self._conns.get(pid), fw.encode("credit", n=k)) for pid, k in t.credits.items()]
-                effects += [(self._conns.get(pid), fw.encode("done")) for pid in t.finished]
+                effects = [(self._conns.get(pid), fw.frame(fm.Credit(n=k))) for pid, k in t.credits.items()]
+                effects += [(self._conns.get(pid), fw.frame(fm.Done())) for pid in t.finished]
                 over = len(records) >= n or t.eof or (partition_bound and records and t.finished)
                 if not over and not effects:
                     self._cond.wait(WAIT_SLICE_S)
@@ -196,7 +197,7 @@ class FeedServer:
                 q.set_eof()
             conns = list(self._conns.values())
             self._cond.notify_all()
-        frame = fw.encode("stop", reason=self._stopped)
+        frame = fw.frame(fm.Stop(reason=self._stopped))
         for c in conns:
             c.send(frame)
 
@@ -220,8 +221,10 @@ class FeedServer:
         with self._cond:
             self._failed = error
             conns = list(self._conns.values())
-        frame = fw.encode(
-            "error", code=ErrorCode.NODE_FAILED, message=_tail(f"map_fun on {self.node} failed:\n{error}")
+        frame = fw.frame(
+            m.Error(
+                id=None, code=ErrorCode.NODE_FAILED, message=_tail(f"map_fun on {self.node} failed:\n{error}")
+            )
         )
         for c in conns:
             c.send(frame)
@@ -253,54 +256,47 @@ class FeedServer:
 
     def _serve(self, sock: socket.socket) -> None:
         conn: _Conn | None = None
-        f = sock.makefile("rb", buffering=1 << 20)
+        stream = fw.FeedStream(sock)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             _keepalive(sock)
             sock.settimeout(HANDSHAKE_TIMEOUT_S)
-            nonce = auth.new_nonce()
-            sock.sendall(fw.encode("challenge", version=fw.FEED_VERSION, nonce=nonce))
-            hello = fw.read_frame(f)
-            refused = self._check_hello(hello, nonce)
-            if refused:
-                sock.sendall(fw.encode("error", code=ErrorCode.REFUSED, message=refused))
+            opening = self._handshake(stream)
+            if opening is None:
                 return
-            assert hello is not None
-            if hello["kind"] == "eof":
+            if opening.kind == "eof":
                 self.end_of_feed()
-                sock.sendall(fw.encode("welcome", credit=0, node=self.node))
+                stream.send(fm.Accepted(credit=0, node=self.node))
                 return
-            if hello["kind"] == "stop":
-                self.stop(str(hello.get("reason", "")) or "the job is stopping")
-                sock.sendall(fw.encode("welcome", credit=0, node=self.node))
+            if opening.kind == "stop":
+                self.stop(opening.reason or "the job is stopping")
+                stream.send(fm.Accepted(credit=0, node=self.node))
                 return
+            early: m.Message | None = None
             with self._cond:
                 if self._failed:
-                    early = fw.encode(
-                        "error",
+                    early = m.Error(
+                        id=None,
                         code=ErrorCode.NODE_FAILED,
                         message=_tail(f"map_fun on {self.node} failed:\n{self._failed}"),
                     )
                 elif self._stopped:
-                    early = fw.encode("stop", reason=self._stopped)
+                    early = fm.Stop(reason=self._stopped)
                 else:
-                    early = b""
                     pid, self._next_pid = self._next_pid, self._next_pid + 1
-                    conn = _Conn(
-                        pid, sock, hello["qname"], bool(hello["train"]), float(hello["feed_timeout_s"])
-                    )
+                    conn = _Conn(pid, sock, opening.qname, opening.train, float(opening.feed_timeout_s))
                     self._conns[pid] = conn
                     q = self.queue(conn.qname)
                     q.open(pid)
                     self._progress_at.setdefault(conn.qname, time.monotonic())
-            if early:
-                sock.sendall(early)
+            if early is not None:
+                stream.send(early)
                 return
             assert conn is not None
             sock.settimeout(None)
-            conn.send(fw.encode("welcome", credit=fw.WINDOW_BATCHES, node=self.node))
-            self._read_partition(conn, f)
-        except (OSError, fw.FeedError, ValueError, KeyError) as e:
+            conn.send(fw.frame(fm.Accepted(credit=fw.WINDOW_BATCHES, node=self.node)))
+            self._read_partition(conn, stream)
+        except (OSError, TfcoordError, ValueError, KeyError) as e:
             log.debug("feed connection ended: %s", e)
         finally:
             if conn is not None:
@@ -314,65 +310,68 @@ class FeedServer:
                         self.node,
                         dropped,
                     )
-            f.close()  # the socket is closed only once its file is
             sock.close()
 
-    def _check_hello(self, hello: Mapping[str, Any] | None, nonce: bytes) -> str:
-        if hello is None or hello.get("op") != "hello":
-            return "expected a hello frame"
-        if hello.get("version") != fw.FEED_VERSION:
-            return f"feed protocol version {hello.get('version')!r} is not {fw.FEED_VERSION}: upgrade tfcoord"
-        proof = hello.get("proof")
-        job = hello.get("job")
-        if job != self._job or not isinstance(proof, bytes):
-            return f"this node belongs to job {self._job}, not {job!r}"
-        if not auth.verify(fw.feed_proof(self._token, nonce, self._job), proof):
-            return "the feeder's proof does not match this job's token"
-        if hello.get("kind") not in ("feed", "eof", "stop"):
-            return f"unknown hello kind {hello.get('kind')!r}"
-        if hello["kind"] == "feed":
-            qname, timeout = hello.get("qname"), hello.get("feed_timeout_s")
-            if not isinstance(qname, str) or not 0 < len(qname) <= MAX_QNAME_LEN:
-                return f"queue name must be 1-{MAX_QNAME_LEN} characters"
-            if (
-                not isinstance(timeout, (int, float))
-                or isinstance(timeout, bool)
-                or not 0 < timeout <= 7 * 86400
-            ):
-                return "feed_timeout_s must be a positive number of seconds"
-            if not isinstance(hello.get("train"), bool):
-                return "train must be true or false"
-        return ""
+    def _handshake(self, stream: fw.FeedStream) -> fm.Open | None:
+        """The shared handshake as the accepting side, then the feeder's Open; None if refused."""
+        accepting = handshake.Accepting(fw.FEED_VERSION, (m.FEEDER_ROLE,), self._key_for)
+        stream.send(accepting.challenge())
+        try:
+            hello = stream.recv()
+            if hello is None:
+                return None
+            stream.send(accepting.accept(hello))
+        except handshake.HandshakeRefused as e:
+            stream.send(m.Error(id=None, code=e.code, message=e.message))
+            return None
+        except RemoteProtocolError as e:
+            stream.send(m.Error(id=None, code=ErrorCode.PROTOCOL_ERROR, message=str(e)))
+            return None
+        try:
+            opening = stream.recv()
+        except RemoteProtocolError as e:  # a bad queue name or timeout: the message says which
+            stream.send(m.Error(id=None, code=ErrorCode.REFUSED, message=str(e)))
+            return None
+        if not isinstance(opening, fm.Open):
+            if opening is not None:
+                stream.send(
+                    m.Error(id=None, code=ErrorCode.REFUSED, message=f"expected open, not {opening.op}")
+                )
+            return None
+        return opening
 
-    def _read_partition(self, conn: _Conn, f: Any) -> None:
+    def _key_for(self, role: str, job: str | None) -> handshake.KeyFor:
+        if job != self._job:
+            raise handshake.HandshakeRefused(
+                ErrorCode.REFUSED, f"this node belongs to job {self._job}, not {job!r}"
+            )
+        return handshake.KeyFor(self._token, "this job's token")
+
+    def _read_partition(self, conn: _Conn, stream: fw.FeedStream) -> None:
         while True:
-            frame = fw.read_frame(f)
-            if frame is None:
+            msg = stream.recv()
+            if msg is None:
                 return
-            op = frame["op"]
-            if op == "batch":
-                records = frame.get("records")
-                if not isinstance(records, list):
-                    raise fw.FeedError("a batch frame must carry a list of records")
+            if isinstance(msg, fm.Batch):
                 with self._cond:
                     if self._stopped or conn.pid not in self._queues[conn.qname]:
                         continue  # told to stop; batches already in flight are not taken
                     q = self._queues[conn.qname]
                     if not q.buffered:  # the consumer's clock starts when data waits for it
                         self._progress_at[conn.qname] = time.monotonic()
-                    q.put(conn.pid, records)
+                    q.put(conn.pid, list(msg.records))
                     self._cond.notify_all()
-            elif op == "end":
+            elif isinstance(msg, fm.End):
                 with self._cond:
                     if conn.pid in self._queues[conn.qname]:
                         self._queues[conn.qname].end(conn.pid)
                     self._cond.notify_all()
             else:
-                raise fw.FeedError(f"unexpected feed frame {op!r}")
+                raise fw.FeedError(f"unexpected feed message {msg.op!r}")
 
     def _watchdog(self) -> None:
         next_keepalive = time.monotonic() + fw.KEEPALIVE_S
-        keepalive = fw.encode("keepalive")
+        keepalive = fw.frame(fm.Keepalive())
         while not self._closed.wait(WATCHDOG_PERIOD_S):
             now = time.monotonic()
             stalled: list[tuple[_Conn, bytes]] = []
@@ -397,7 +396,7 @@ class FeedServer:
                         f"feed_timeout ({timeout:g} s): {self.node} {what}; is map_fun reading "
                         f"ctx.get_data_feed(qname_in={qname!r}) until should_stop()?"
                     )
-                    frame = fw.encode("error", code=ErrorCode.FEED_TIMEOUT, message=message)
+                    frame = fw.frame(m.Error(id=None, code=ErrorCode.FEED_TIMEOUT, message=message))
                     for c in conns:
                         q.drop(c.pid)
                         del self._conns[c.pid]
@@ -426,19 +425,19 @@ class FeedServer:
 def _result_frames(results: list[Any]) -> list[bytes]:
     """``results`` frames holding ``results`` in order, each within the frame limit."""
     try:
-        return [fw.encode("results", results=results)]
-    except (TypeError, ValueError) as e:
-        raise fw.UnsupportedRecord(
-            f"inference results cannot be sent back: {e}; return None, bools, numbers, str, bytes, "
-            "lists or dicts (numpy: .tolist())"
-        ) from None
-    except fw.FeedError:  # too large for one frame: halve until each half fits
+        return [fw.frame(fm.Results(results=results))]
+    except LocalProtocolError:  # too large for one frame: halve until each half fits
         if len(results) == 1:
             raise fw.FeedError(
                 f"one inference result is over the {fw.MAX_FRAME_BYTES}-byte frame limit"
             ) from None
         half = len(results) // 2
         return _result_frames(results[:half]) + _result_frames(results[half:])
+    except (TypeError, ValueError) as e:
+        raise fw.UnsupportedRecord(
+            f"inference results cannot be sent back: {e}; return None, bools, numbers, str, bytes, "
+            "lists or dicts (numpy: .tolist())"
+        ) from None
 
 
 def _keepalive(sock: socket.socket) -> None:

@@ -13,6 +13,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tfcoord.client import feedmessages as fm
+from tfcoord.client import handshake
+from tfcoord.client import messages as m
+from tfcoord.client.errors import AuthenticationFailed, ConnectionClosed, ProtocolError, RemoteProtocolError
 from tfcoord.client.vocab import ErrorCode
 
 from . import feedwire as fw
@@ -41,35 +45,35 @@ class FeedPlan:
         return self.targets[fw.assign(partition, len(self.targets))]
 
 
-def _handshake(
-    sock: socket.socket, f: Any, plan: FeedPlan, target: FeedTarget, kind: str, **fields: Any
-) -> dict[str, Any]:
-    challenge = fw.read_frame(f)
-    if challenge is None or challenge["op"] != "challenge" or not isinstance(challenge.get("nonce"), bytes):
-        raise fw.FeedError(f"{target.node} at {target.address} did not answer like a tfcoord feed port")
-    sock.sendall(
-        fw.encode(
-            "hello",
-            version=fw.FEED_VERSION,
-            job=plan.job,
-            kind=kind,
-            proof=fw.feed_proof(plan.token, challenge["nonce"], plan.job),
-            **fields,
-        )
-    )
-    reply = fw.read_frame(f)
+def _handshake(stream: fw.FeedStream, plan: FeedPlan, target: FeedTarget, opening: fm.Open) -> m.Message:
+    """The shared handshake as a feeder, then ``opening``; returns the node's answer to it."""
+    peer = f"{target.node} at {target.address}"
+    shake = handshake.Connecting(plan.token, m.FEEDER_ROLE, plan.job, fw.FEED_VERSION, peer)
+    try:
+        challenge = stream.recv()
+        if challenge is None:
+            raise fw.FeedError(f"{peer} closed the feed connection during the handshake")
+        stream.send(shake.hello(challenge))
+        welcome = stream.recv()
+        if welcome is None:
+            raise fw.FeedError(f"{peer} closed the feed connection during the handshake")
+        shake.welcome(welcome)
+    except RemoteProtocolError as e:
+        raise fw.FeedError(f"{peer} did not answer like a tfcoord feed port ({e})") from None
+    except (AuthenticationFailed, ConnectionClosed, ProtocolError) as e:
+        raise fw.FeedError(f"{target.node} refused the feed: {e}") from None
+    stream.send(opening)
+    reply = stream.recv()
     if reply is None:
-        raise fw.FeedError(
-            f"{target.node} at {target.address} closed the feed connection during the handshake"
-        )
-    if reply["op"] == "error":
-        if reply.get("code") == ErrorCode.NODE_FAILED:
-            raise fw.FeedError(str(reply.get("message", "")))
-        raise fw.FeedError(f"{target.node} refused the feed: {reply.get('message', '')}")
+        raise fw.FeedError(f"{peer} closed the feed connection during the handshake")
+    if isinstance(reply, m.Error):
+        if reply.code == ErrorCode.NODE_FAILED:
+            raise fw.FeedError(reply.message)
+        raise fw.FeedError(f"{target.node} refused the feed: {reply.message}")
     return reply
 
 
-def _open(target: FeedTarget) -> tuple[socket.socket, Any]:
+def _open(target: FeedTarget) -> fw.FeedStream:
     try:
         sock = fw.connect(target.address)
     except OSError as e:
@@ -77,7 +81,7 @@ def _open(target: FeedTarget) -> tuple[socket.socket, Any]:
             f"cannot reach the feed port of {target.node} at {target.address}: {e}; "
             "the node has ended or failed (see the job's status)"
         ) from None
-    return sock, sock.makefile("rb", buffering=1 << 16)
+    return fw.FeedStream(sock)
 
 
 def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any]:
@@ -92,13 +96,14 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
         FeedStopped: inference only, the node stopped taking data before every result came back.
     """
     target = plan.target(partition)
-    sock, f = _open(target)
+    stream = _open(target)
+    sock = stream.sock
     state = fw.FeederState(node=target.node, qname=plan.qname, train=plan.train)
     silence_s = plan.feed_timeout_s + fw.SILENCE_SLACK_S
 
     def receive() -> list[Any]:
         try:
-            frame = fw.read_frame(f)
+            msg = stream.recv()
         except TimeoutError:
             raise fw.FeedError(
                 f"no word from {target.node}'s feed port at {target.address} (queue "
@@ -108,36 +113,33 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
             raise fw.FeedError(
                 f"lost the feed connection to {target.node} at {target.address}: {e}"
             ) from None
-        if frame is None:
+        if msg is None:
             raise fw.FeedError(
                 f"{target.node} closed the feed connection of queue {plan.qname!r} before the "
                 "partition was consumed (its map_fun ended?)"
             )
-        return state.handle(frame)
+        return state.handle(msg)
 
     try:
         sock.settimeout(fw.CONNECT_TIMEOUT_S)
         try:
-            welcome = _handshake(
-                sock,
-                f,
-                plan,
-                target,
-                "feed",
+            opening = fm.Open(
+                kind="feed",
                 partition=partition,
                 qname=plan.qname,
                 train=plan.train,
                 feed_timeout_s=float(plan.feed_timeout_s),
             )
+            welcome = _handshake(stream, plan, target, opening)
         except OSError as e:  # accepted by the kernel, but the node's process ended meanwhile
             raise fw.FeedError(
                 f"{target.node} at {target.address} dropped the feed connection: {e}; "
                 "the node has ended or failed (see the job's status)"
             ) from None
-        if welcome["op"] == "stop":
-            state.handle(welcome)
+        if isinstance(welcome, fm.Accepted):
+            state.credit = welcome.credit
         else:
-            state.credit = int(welcome.get("credit", 0))
+            state.handle(welcome)  # a stop, or something no feeder expects here
         sock.settimeout(silence_s)
         packer = fw.BatchPacker()
         for record in records:
@@ -159,7 +161,7 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
                     _send(sock, out[0], target)
                     state.sent(out[1])
             if not state.stopped:
-                _send(sock, fw.encode("end"), target)
+                _send(sock, fw.frame(fm.End()), target)
                 state.ended = True
         while not state.finished:
             yield from receive()
@@ -169,7 +171,6 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
                 f"the partition came back"
             )
     finally:
-        f.close()  # the socket is closed only once its file is
         sock.close()
 
 
@@ -186,15 +187,14 @@ def control(plan: FeedPlan, target: FeedTarget, kind: str, reason: str = "") -> 
     Raises:
         FeedError: the node could not be reached or refused.
     """
-    sock, f = _open(target)
+    stream = _open(target)
     try:
-        sock.settimeout(fw.CONNECT_TIMEOUT_S)
-        _handshake(sock, f, plan, target, kind, reason=reason[:1000])
+        stream.sock.settimeout(fw.CONNECT_TIMEOUT_S)
+        _handshake(stream, plan, target, fm.Open(kind=kind, reason=reason[: m.MAX_TEXT_LEN]))
     except (OSError, fw.RemoteProtocolError) as e:
         raise fw.FeedError(f"cannot tell {target.node} at {target.address} {kind}: {e}") from None
     finally:
-        f.close()
-        sock.close()
+        stream.sock.close()
 
 
 def train_partition(plan: FeedPlan) -> Callable[[int, Iterable[Any]], Iterator[Any]]:

@@ -7,18 +7,17 @@ ships them to the feeding tasks, which pick their node by partition index
 (:func:`assign`, round-robin as TensorFlowOnSpark assigns). So a feeding task never
 needs to share a Python worker, or even an executor, with its node.
 
-One TCP connection carries one partition. Frames are those of the coordinator
-protocol (4-byte big-endian length, one msgpack map, the length checked before the
-body is read), but the ops are the feed's own::
+One TCP connection carries one partition. It speaks the coordinator protocol's framing
+(:class:`tfcoord.client.protocol.Connection`) and handshake (:mod:`tfcoord.client.handshake`:
+the feeder proves it holds the job token, role ``feeder``, and the node proves it in
+turn), then the feed's own typed messages (:mod:`tfcoord.client.feedmessages`)::
 
-    node   → feeder  challenge {version, nonce}
-    feeder → node    hello     {version, job, proof, kind, partition, qname, train, feed_timeout_s}
-    node   → feeder  welcome   {credit, node}       or  error {code, message}
+    feeder → node    open      {kind, partition, qname, train, feed_timeout_s, reason}
+    node   → feeder  accepted  {credit, node}  |  stop {reason}  |  error {code, message}
     feeder → node    batch     {records}  ...  end
     node   → feeder  credit {n} | results {results} | done | stop {reason} | keepalive | error
 
-``proof`` is the job token's HMAC over the node's nonce (:func:`tfcoord.client.auth.client_proof`
-with role ``feeder``): only tasks of the same job can feed a node. Flow control is by
+Only tasks of the same job can feed a node. Flow control is by
 credit: a feeder may send one ``batch`` per credit; the node grants :data:`WINDOW_BATCHES`
 at ``welcome`` and one more each time its consumer has taken a whole batch, so a slow
 trainer bounds what is buffered at ``WINDOW_BATCHES`` batches per partition. ``done``
@@ -31,27 +30,31 @@ of those, with numpy arrays and scalars converted to lists and Python numbers. A
 else is refused with an error that names its type, rather than pickled: the feed port
 is reachable by anyone on the network, and unpickling is code execution.
 
-This module holds the pure parts (framing, batching, assignment, the feeder's credit
-state) and the blocking frame I/O both ends share.
+This module holds the pure parts (batching, assignment, the feeder's credit state) and
+the blocking message I/O both ends share (:class:`FeedStream`).
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 import msgpack
 
-from tfcoord.client import auth
+from tfcoord.client import feedmessages as fm
+from tfcoord.client import messages as m
 from tfcoord.client.errors import RemoteProtocolError, TfcoordError
-from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, unpack
+from tfcoord.client.feedmessages import FEED_VERSION
+from tfcoord.client.protocol import CLOSED, DEFAULT_MAX_FRAME_BYTES, NEED_DATA, Connection
 from tfcoord.client.vocab import ErrorCode
 
-#: Bumped on any incompatible change of the feed wire.
-FEED_VERSION = 1
+__all__ = ["FEED_VERSION"]
+#: One recv: a batch is about 256 KiB; a larger read empties the socket in fewer calls.
+RECV_BYTES = 1 << 20
 #: The largest frame either end accepts: the coordinator protocol's limit.
 MAX_FRAME_BYTES = DEFAULT_MAX_FRAME_BYTES
 #: A batch is closed at this many bytes: large enough that framing and per-frame Python
@@ -93,11 +96,6 @@ class FeedStopped(FeedError):
 
 class UnsupportedRecord(FeedError, TypeError):
     """A record holds a value the feed cannot carry (the message names its type)."""
-
-
-def feed_proof(token: bytes, nonce: bytes, job: str) -> bytes:
-    """A feeder's proof that it holds the job token (the coordinator's HMAC scheme)."""
-    return auth.client_proof(token, nonce, "feeder", job)
 
 
 def assign(partition: int, num_nodes: int) -> int:
@@ -155,10 +153,6 @@ def _default(obj: Any) -> Any:
     )
 
 
-def _frame_head(op: str) -> bytes:
-    return msgpack.packb({"op": op}, use_bin_type=True)
-
-
 class BatchPacker:
     """Packs records one at a time into ``batch`` frames of about :data:`BATCH_BYTES`.
 
@@ -166,8 +160,8 @@ class BatchPacker:
     returns the last partial one. Each record is encoded once, straight into the frame.
     """
 
-    # A batch frame is the map {"op": "batch", "records": [...]}; its head is fixed.
-    _HEAD = b"\x82" + msgpack.packb("op") + msgpack.packb("batch") + msgpack.packb("records")
+    # A batch frame is the map of fm.Batch, {"op": "batch", "records": [...]}; its head is fixed.
+    _HEAD = b"\x82" + msgpack.packb("op") + msgpack.packb(fm.Batch.op) + msgpack.packb("records")
     #: Room for the head and the array header inside a maximal frame.
     _ROOM = MAX_FRAME_BYTES - 64
 
@@ -225,36 +219,44 @@ def batches(records: Iterable[Any], packer: BatchPacker | None = None) -> Iterat
 # -- frames -------------------------------------------------------------------------------
 
 
-def encode(op: str, **fields: Any) -> bytes:
-    """One frame holding ``{"op": op, **fields}``."""
-    body = msgpack.packb({"op": op, **fields}, use_bin_type=True)
-    if len(body) > MAX_FRAME_BYTES:
-        raise FeedError(f"a {op!r} frame of {len(body)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
-    return _HEADER.pack(len(body)) + body
+class FeedStream:
+    """One end of a feed connection: the shared framing (:class:`Connection` with the feed's
+    decoder) over a blocking socket. ``send`` a message, ``send_frame`` a frame already
+    packed (a batch), ``recv`` the next message (None once the peer closed between frames).
+
+    ``recv`` raises RemoteProtocolError for an oversized, truncated or undecodable frame or
+    a bad message, and TimeoutError when the socket's timeout passes.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._conn = Connection(MAX_FRAME_BYTES, decode=fm.decode)
+        self._lock = threading.Lock()  # a node's consumer and its watchdog both write
+
+    def send(self, msg: m.Message) -> None:
+        self.send_frame(self._conn.send(msg))
+
+    def send_frame(self, frame: bytes) -> None:
+        with self._lock:
+            self.sock.sendall(frame)
+
+    def recv(self) -> m.Message | None:
+        while True:
+            msg = self._conn.next_event()
+            if msg is CLOSED:
+                return None
+            if msg is not NEED_DATA:
+                return msg  # type: ignore[return-value]
+            self._conn.receive_data(self.sock.recv(RECV_BYTES))
 
 
-def read_frame(f: BinaryIO) -> dict[str, Any] | None:
-    """The next frame from a buffered socket file; None when the peer closed between frames.
+def frame(msg: m.Message) -> bytes:
+    """The bytes of one feed frame carrying ``msg``.
 
     Raises:
-        RemoteProtocolError: oversized, truncated or undecodable frame, or not a map with an op.
-        TimeoutError: the socket's timeout passed (the caller says what it waited for).
+        LocalProtocolError: it exceeds the frame limit.
     """
-    head = f.read(4)
-    if not head:
-        return None
-    if len(head) < 4:
-        raise RemoteProtocolError(f"feed connection closed inside a frame header ({len(head)} of 4 bytes)")
-    (size,) = _HEADER.unpack(head)
-    if size > MAX_FRAME_BYTES:
-        raise RemoteProtocolError(f"feed frame of {size} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
-    body = f.read(size)
-    if len(body) < size:
-        raise RemoteProtocolError(f"feed connection closed inside a frame ({len(body)} of {size} bytes)")
-    obj = unpack(body, MAX_FRAME_BYTES)
-    if not isinstance(obj, dict) or not isinstance(obj.get("op"), str):
-        raise RemoteProtocolError("a feed frame must be a map with an 'op'")
-    return obj
+    return Connection(MAX_FRAME_BYTES, decode=fm.decode).send(msg)
 
 
 def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> socket.socket:
@@ -312,34 +314,28 @@ class FeederState:
         self.credit -= 1
         self.records_sent += n
 
-    def handle(self, frame: dict[str, Any]) -> list[Any]:
-        """Apply one frame from the node; returns results that arrived (inference)."""
-        op = frame["op"]
-        if op == "credit":
-            n = frame.get("n")
-            if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= 1024:
-                raise RemoteProtocolError(f"credit frame from {self.node} has a bad count {n!r}")
-            self.credit += n
-        elif op == "results":
-            res = frame.get("results")
-            if not isinstance(res, list) or self.results is None:
-                raise RemoteProtocolError(f"{self.node} sent results to a training feed or not as a list")
-            if len(self.results) + len(res) > self.records_sent:
+    def handle(self, msg: m.Message) -> list[Any]:
+        """Apply one message from the node; returns results that arrived (inference)."""
+        if isinstance(msg, fm.Credit):
+            self.credit += msg.n
+        elif isinstance(msg, fm.Results):
+            if self.results is None:
+                raise RemoteProtocolError(f"{self.node} sent results to a training feed")
+            if len(self.results) + len(msg.results) > self.records_sent:
                 raise FeedError(
-                    f"{self.node} returned {len(self.results) + len(res)} results for "
+                    f"{self.node} returned {len(self.results) + len(msg.results)} results for "
                     f"{self.records_sent} records of queue {self.qname!r}"
                 )
-            self.results.extend(res)
-            return res
-        elif op == "done":
+            self.results.extend(msg.results)
+            return msg.results
+        elif isinstance(msg, fm.Done):
             self.done = True
-        elif op == "stop":
-            self.stopped = str(frame.get("reason", "")) or "the node takes no more data"
-        elif op == "error":
-            message = str(frame.get("message", ""))
-            if frame.get("code") == ErrorCode.FEED_TIMEOUT:
-                raise FeedTimeout(message)
-            raise FeedError(f"{self.node} (queue {self.qname!r}): {message}")
-        elif op != "keepalive":
-            raise RemoteProtocolError(f"{self.node} sent an unexpected feed frame {op!r}")
+        elif isinstance(msg, fm.Stop):
+            self.stopped = msg.reason or "the node takes no more data"
+        elif isinstance(msg, m.Error):
+            if msg.code == ErrorCode.FEED_TIMEOUT:
+                raise FeedTimeout(msg.message)
+            raise FeedError(f"{self.node} (queue {self.qname!r}): {msg.message}")
+        elif not isinstance(msg, fm.Keepalive):
+            raise RemoteProtocolError(f"{self.node} sent an unexpected feed message {msg.op!r}")
         return []
