@@ -359,7 +359,7 @@ class FeedServer:
                     q = self._queues[conn.qname]
                     if not q.buffered:  # the consumer's clock starts when data waits for it
                         self._progress_at[conn.qname] = time.monotonic()
-                    q.put(conn.pid, list(msg.records))
+                    q.put(conn.pid, msg.records)  # a list, as msgpack decoded it
                     self._cond.notify_all()
             elif isinstance(msg, fm.End):
                 with self._cond:

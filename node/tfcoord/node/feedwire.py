@@ -54,7 +54,7 @@ from tfcoord.client.vocab import ErrorCode
 
 __all__ = ["FEED_VERSION"]
 #: One recv: a batch is about 256 KiB; a larger read empties the socket in fewer calls.
-RECV_BYTES = 1 << 20
+RECV_BYTES = 262144
 #: The largest frame either end accepts: the coordinator protocol's limit.
 MAX_FRAME_BYTES = DEFAULT_MAX_FRAME_BYTES
 #: A batch is closed at this many bytes: large enough that framing and per-frame Python
