@@ -367,3 +367,10 @@ def keras_fit(args: Any, ctx: Any) -> None:
                         verbose=0)  # fmt: skip
     _record(args, ctx, keras=tf.keras.__name__, loss=history.history["loss"][-1],
             weights=[w.tolist() for w in model.get_weights()])  # fmt: skip
+
+
+def record_argv(args: Any, ctx: Any) -> None:
+    """tf_args given as a list: TensorFlowOnSpark sets sys.argv to it, so argparse in map_fun sees it."""
+    import sys
+
+    Path(args[-1], f"argv-{ctx.executor_id}.json").write_text(json.dumps(sys.argv))

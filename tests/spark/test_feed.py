@@ -106,6 +106,8 @@ def test_tensorflowonspark_slot_shape_trains_and_infers_on_two_one_core_executor
     assert tfs.await_task_slots(sc, 2) == 2
     cluster = tfs.run(sc, mapfuns.train_and_record_pid, args_for(tmp_path), 2, 0, input_mode=SPARK)
     assert sc.statusTracker().getActiveJobsIds() == []  # no Spark task holds a node
+    with pytest.raises(ValueError, match=r"unknown queue 'nope': this cluster's queues are \['input'"):
+        cluster.train(sc.parallelize(range(10), 2), qname="nope")  # a bad argument leaves the job as it was
     cluster.train(sc.parallelize(range(1000), 4), num_epochs=2, feed_timeout=60)
     status = cluster.shutdown(grace_secs=60)
     assert status["state"] == "SUCCEEDED"

@@ -318,6 +318,12 @@ def test_keras_fit_under_mwms_trains_as_keras_2_in_tensorflowonspark_nodes(sc, t
     assert recs[0]["loss"] < 1.0
 
 
+def test_tf_args_given_as_a_list_become_sys_argv_in_map_fun(sc, tmp_path):
+    argv = ["mnist_spark.py", "--epochs", "1", str(tmp_path)]
+    assert tfs.run(sc, mapfuns.record_argv, argv, 1, 0).shutdown()["state"] == "SUCCEEDED"
+    assert json.loads((tmp_path / "argv-0.json").read_text()) == argv
+
+
 FAKE_NVIDIA_SMI = """#!/bin/sh
 case "$*" in
   *query-gpu*) printf '0, GPU-aaaa, 16000, 10, 15990\\n1, GPU-bbbb, 16000, 12000, 4000\\n' ;;

@@ -190,6 +190,8 @@ def _child(
         # The port must be ours alone from here: wait until the parent closed its copy.
         parent_released.wait()
         _install_aliases()
+        if isinstance(spec.tf_args, list):
+            sys.argv = list(spec.tf_args)  # TensorFlowOnSpark's rule: argparse in map_fun sees tf_args
         if spec.legacy_keras:
             from . import keras2
 

@@ -86,7 +86,12 @@ def _coordinator(sc: Any, address: str | None, secret: bytes | None, tls: TlsFil
 
     host = next((os.environ[e] for e in SERVER_HOST_ENVS if os.environ.get(e)), None)
     host = host or sc.getConf().get("spark.driver.host", None) or socket.gethostbyname(socket.gethostname())
-    embedded = start_embedded(host="0.0.0.0", advertise_host=host)
+    # TensorFlowOnSpark's TFOS_SERVER_PORT fixes its reservation server's port (a firewall lets
+    # only it through); here it is the embedded coordinator's.
+    port = os.environ.get("TFOS_SERVER_PORT", "").strip()
+    if port and not port.isdigit():
+        raise ValueError(f"TFOS_SERVER_PORT must be a port number, not {port!r}")
+    embedded = start_embedded(host="0.0.0.0", advertise_host=host, port=int(port or 0))
     return embedded.address, embedded.secret, None, embedded
 
 
@@ -201,6 +206,7 @@ def run(
         if embedded is not None:
             embedded.stop()
         raise
+    cluster.queues = tuple(queues)
     _Started.count += 1
     _Started.last = cluster
     try:
@@ -234,6 +240,8 @@ class SparkCluster:
         self.spec = spec
         self.node = node
         self.input_mode = input_mode
+        #: The queue names train()/inference() may feed (run's ``queues``).
+        self.queues: tuple[str, ...] = ("input", "output", "error")
         self._tensorboard = tensorboard
         self._embedded = embedded
         self._threads: list[threading.Thread] = []
@@ -443,6 +451,11 @@ class SparkCluster:
 
     # -- InputMode.SPARK -----------------------------------------------------------------
 
+    def _check_queue(self, qname: str) -> None:
+        if qname not in self.queues:
+            raise ValueError(f"unknown queue {qname!r}: this cluster's queues are {list(self.queues)} "
+                             "(declare it in run(..., queues=[...]))")  # fmt: skip
+
     def _feed_plan(self, qname: str, train: bool, feed_timeout: float, *, feeding: bool = True) -> FeedPlan:
         if self.input_mode != InputMode.SPARK:
             raise ValueError(
@@ -493,6 +506,7 @@ class SparkCluster:
         """
         if num_epochs < 0:
             raise ValueError(f"num_epochs must be >= 0, not {num_epochs}")
+        self._check_queue(qname)
         if hasattr(dataRDD, "foreachRDD"):  # a DStream: feed each micro-batch while the job runs
 
             def feed_batch(rdd: Any) -> None:
@@ -541,6 +555,7 @@ class SparkCluster:
         ``saveAsTextFile``) runs. Each node reads them with
         ``ctx.get_data_feed(train_mode=False)`` and answers each batch with ``batch_results``.
         """
+        self._check_queue(qname)
         with self._failing("cluster.inference()"):
             plan = self._feed_plan(qname, False, feed_timeout)
         return dataRDD.mapPartitionsWithIndex(inference_partition(plan))

@@ -15,18 +15,114 @@ import weakref
 from typing import Any
 
 from tfcoord.node.context import TFNodeContext
-from tfcoord.node.datafeed import DataFeed, FeedServer
+from tfcoord.node.datafeed import DataFeed as _NetworkFeed
+from tfcoord.node.datafeed import FeedServer
 from tfcoord.node.savedmodel import export_saved_model as _export
+
+from . import marker
+
+
+def _tf_version() -> str:
+    from importlib import metadata
+
+    for dist in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+#: The installed TensorFlow's version ("" without one), as TensorFlowOnSpark's TFNode has it.
+TF_VERSION = _tf_version()
+#: How long ``terminate`` keeps draining a TFManager queue that has gone quiet (TensorFlowOnSpark's 5 s).
+DRAIN_QUIET_S = 5.0
+
+
+def DataFeed(mgr: Any, train_mode: bool = True, qname_in: str = "input", qname_out: str = "output",
+             input_mapping: dict[str, str] | None = None) -> Any:  # fmt: skip
+    """The feed ``map_fun`` reads: over the network from ``ctx.mgr`` (a tfcoord node), or over the
+    queues of a ``TFManager`` (``TFManager.start``), as TensorFlowOnSpark's DataFeed."""
+    if hasattr(mgr, "get_queue"):
+        return QueueDataFeed(mgr, train_mode, qname_in, qname_out, input_mapping)
+    return _NetworkFeed(mgr, train_mode, qname_in, qname_out, input_mapping)
+
+
+class QueueDataFeed:
+    """TensorFlowOnSpark's DataFeed over a TFManager's queues: ``None`` ends the feed, an
+    ``EndPartition`` marker ends a partition (inference batches stop there)."""
+
+    def __init__(self, mgr: Any, train_mode: bool = True, qname_in: str = "input", qname_out: str = "output",
+                 input_mapping: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.mgr = mgr
+        self.train_mode = train_mode
+        self.qname_in = qname_in
+        self.qname_out = qname_out
+        self.done_feeding = False
+        self.input_tensors = (
+            [t for _, t in sorted(input_mapping.items())] if input_mapping is not None else None
+        )
+
+    def _queue(self, name: str) -> Any:
+        return self.mgr.get_queue(name)
+
+    def next_batch(self, batch_size: int) -> Any:
+        """Up to ``batch_size`` items; fewer at the end of the feed (or of a partition, inference)."""
+        queue = self._queue(self.qname_in)
+        tensors: Any = [] if self.input_tensors is None else {t: [] for t in self.input_tensors}
+        count = 0
+        while count < batch_size:
+            item = queue.get(block=True)
+            queue.task_done()
+            if item is None:
+                self.done_feeding = True
+                break
+            if isinstance(item, marker.EndPartition):
+                if not self.train_mode and count > 0:
+                    break
+                continue
+            if self.input_tensors is None:
+                tensors.append(item)
+            else:
+                for i, t in enumerate(self.input_tensors):
+                    tensors[t].append(item[i])
+            count += 1
+        return tensors
+
+    def should_stop(self) -> bool:
+        return self.done_feeding
+
+    def batch_results(self, results: Any) -> None:
+        """Put one result per item of the last batch on the output queue."""
+        queue = self._queue(self.qname_out)
+        for item in results:
+            queue.put(item, block=True)
+
+    def terminate(self) -> None:
+        """Take no more data: mark the manager terminating and drop what is queued."""
+        from queue import Empty
+
+        self.mgr.set("state", "terminating")
+        queue = self._queue(self.qname_in)
+        while True:
+            try:
+                queue.get(block=True, timeout=DRAIN_QUIET_S)
+            except Empty:
+                break
+            queue.task_done()
+        self.done_feeding = True
+
 
 #: The function forms keep one DataFeed per queue of a node's feed, and remember which one
 #: served the last batch, for batch_results.
-_feeds: weakref.WeakKeyDictionary[FeedServer, dict[str, DataFeed]] = weakref.WeakKeyDictionary()
-_last: weakref.WeakKeyDictionary[FeedServer, DataFeed] = weakref.WeakKeyDictionary()
+_feeds: weakref.WeakKeyDictionary[FeedServer, dict[str, _NetworkFeed]] = weakref.WeakKeyDictionary()
+_last: weakref.WeakKeyDictionary[FeedServer, _NetworkFeed] = weakref.WeakKeyDictionary()
 
 
 def hdfs_path(ctx: TFNodeContext, path: str) -> str:
     """Resolve ``path`` against the cluster's default filesystem (see ``TFNodeContext.absolute_path``)."""
-    return ctx.absolute_path(path)
+    # Any object with defaultFS and working_dir will do, as in TensorFlowOnSpark (its tests pass a stand-in).
+    return TFNodeContext.absolute_path(ctx, path)
 
 
 def start_cluster_server(ctx: TFNodeContext, num_gpus: int = 1, rdma: bool = False) -> tuple[Any, Any]:
@@ -44,13 +140,15 @@ def release_port(ctx: TFNodeContext) -> None:
     ctx.release_port()
 
 
-def _feed(mgr: Any, qname: str) -> DataFeed:
+def _feed(mgr: Any, qname: str) -> Any:
     if not isinstance(mgr, FeedServer):
-        return DataFeed(mgr)  # raises the "no data feed" error
+        return DataFeed(
+            mgr, train_mode=False, qname_in=qname
+        )  # a TFManager's queues, or the "no data feed" error
     feeds = _feeds.setdefault(mgr, {})
     if qname not in feeds:
         # Never across two partitions, so the same calls serve inference (batch_results).
-        feeds[qname] = DataFeed(mgr, train_mode=False, qname_in=qname)
+        feeds[qname] = _NetworkFeed(mgr, train_mode=False, qname_in=qname)
     return feeds[qname]
 
 

@@ -9,6 +9,7 @@ cluster.shutdown()
 
 from tfcoord.node.spark import InputMode
 
-from . import TFCluster, TFNode, TFParallel, TFSparkNode, compat, gpu_info, util
+from . import TFCluster, TFManager, TFNode, TFParallel, TFSparkNode, compat, gpu_info, marker, util
 
-__all__ = ["InputMode", "TFCluster", "TFNode", "TFParallel", "TFSparkNode", "compat", "gpu_info", "util"]
+__all__ = ["InputMode", "TFCluster", "TFManager", "TFNode", "TFParallel", "TFSparkNode", "compat", "gpu_info",
+           "marker", "util"]  # fmt: skip

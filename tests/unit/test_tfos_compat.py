@@ -1,0 +1,68 @@
+"""TensorFlowOnSpark's TFNode helpers used as its own unit tests use them: a real local TFManager."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from types import SimpleNamespace
+
+from tfcoord.compat.tensorflowonspark import TFManager, TFNode, marker
+
+
+def test_a_datafeed_over_a_local_manager_reads_until_the_end_marker() -> None:
+    mgr = TFManager.start("abc", ["input", "output"], "local")  # a str key, as TensorFlowOnSpark's test
+    try:
+        q = mgr.get_queue("input")
+        for i in range(10):
+            q.put(i)
+        q.put(None)
+        feed = TFNode.DataFeed(mgr)
+        assert not feed.done_feeding and feed.next_batch(2) == [0, 1]
+        assert feed.next_batch(4) == [2, 3, 4, 5]
+        assert feed.next_batch(10) == [6, 7, 8, 9]  # fewer than asked: the feed ended
+        assert feed.should_stop()
+    finally:
+        mgr.shutdown()
+
+
+def test_inference_batches_stop_at_a_partition_end_and_results_go_to_the_output_queue() -> None:
+    mgr = TFManager.start(b"key", ["input", "output"])
+    try:
+        q = mgr.get_queue("input")
+        for item in (1, 2, marker.EndPartition(), 3, None):
+            q.put(item)
+        feed = TFNode.DataFeed(mgr, train_mode=False)
+        batch = feed.next_batch(10)
+        assert batch == [1, 2]
+        feed.batch_results([x * x for x in batch])
+        out = mgr.get_queue("output")
+        assert [out.get(), out.get()] == [1, 4]
+        assert feed.next_batch(10) == [3] and feed.should_stop()
+    finally:
+        mgr.shutdown()
+
+
+def test_a_remote_manager_is_reachable_with_connect() -> None:
+    mgr = TFManager.start(b"key", ["control"], "remote")
+    try:
+        other = TFManager.connect(mgr.address, b"key")
+        other.set("state", "running")
+        assert str(mgr.get("state")) == "'running'"
+    finally:
+        mgr.shutdown()
+
+
+def test_hdfs_path_takes_any_object_with_defaultfs_and_working_dir() -> None:
+    cwd, user = os.getcwd(), getpass.getuser()
+    for fs in ("file://", "hdfs://", "viewfs://"):
+        ctx = SimpleNamespace(defaultFS=fs, working_dir=cwd)
+        assert TFNode.hdfs_path(ctx, "hdfs://foo/bar") == "hdfs://foo/bar"
+        assert TFNode.hdfs_path(ctx, "/foo/bar") == f"{fs}/foo/bar"
+        relative = f"file://{cwd}/foo/bar" if fs == "file://" else f"{fs}/user/{user}/foo/bar"
+        assert TFNode.hdfs_path(ctx, "foo/bar") == relative
+
+
+def test_tf_version_is_the_installed_tensorflow() -> None:
+    from importlib import metadata
+
+    assert metadata.version("tensorflow-cpu") == TFNode.TF_VERSION
