@@ -224,18 +224,24 @@ class SimNode(asyncio.Protocol):
     async def connect(self, host: str, port: int, gate: asyncio.Semaphore) -> None:
         loop = asyncio.get_running_loop()
         self.conn, self._handshake, self.lost = Connection(), asyncio.Queue(), asyncio.Event()
+        # The handshake too, not only the connect: a burst from one host stays within the
+        # coordinator's budget of connections in their handshake (DEFAULT_MAX_UNAUTHENTICATED).
         async with gate:
             await loop.create_connection(lambda: self, host, port)
-        challenge = await self._handshake.get()
-        if not isinstance(challenge, m.Challenge):
-            raise ConnectionError(f"no challenge: {challenge}")
-        proof = auth.client_proof(self.token, challenge.nonce, "node", self.job)
-        self._write(
-            m.Hello(
-                version=m.PROTOCOL_VERSION, role="node", job=self.job, proof=proof, cnonce=auth.new_nonce()
+            challenge = await self._handshake.get()
+            if not isinstance(challenge, m.Challenge):
+                raise ConnectionError(f"no challenge: {challenge}")
+            proof = auth.client_proof(self.token, challenge.nonce, "node", self.job)
+            self._write(
+                m.Hello(
+                    version=m.PROTOCOL_VERSION,
+                    role="node",
+                    job=self.job,
+                    proof=proof,
+                    cnonce=auth.new_nonce(),
+                )
             )
-        )
-        welcome = await self._handshake.get()
+            welcome = await self._handshake.get()
         if not isinstance(welcome, m.Welcome):
             raise ConnectionError(f"refused: {welcome}")
 

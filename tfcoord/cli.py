@@ -145,6 +145,7 @@ class ServeConfig:
     #: Connection caps, checked against RLIMIT_NOFILE (``server.connection_budget``).
     max_connections: int = 20_000
     max_unauthenticated: int = 4096
+    max_unauthenticated_per_source: int = 4096
     http_max_connections: int = 256
 
 
@@ -404,6 +405,7 @@ def _service_config(cfg: ServeConfig) -> Any:
         keep_finished_s=cfg.keep_finished_s,
         max_connections=cfg.max_connections,
         max_unauthenticated=cfg.max_unauthenticated,
+        max_unauthenticated_per_source=cfg.max_unauthenticated_per_source,
     )
     # Where Mesos tasks dial back: the bound host, or this host's name for a wildcard.
     advertise = cfg.advertise_host or (socket.getfqdn() if cfg.host in WILDCARD_HOSTS else None)
@@ -541,6 +543,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         keep_finished_s=args.keep_finished_days * 86400.0,
         max_connections=max_connections,
         max_unauthenticated=args.max_unauthenticated,
+        max_unauthenticated_per_source=min(
+            args.max_unauthenticated_per_source or args.max_unauthenticated, args.max_unauthenticated
+        ),
         http_max_connections=args.http_max_connections,
     )
     try:
@@ -1019,6 +1024,13 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
         default=4096,
         metavar="N",
         help="connections still in their handshake at once, a budget apart from nodes'",
+    )
+    sp.add_argument(
+        "--max-unauthenticated-per-source",
+        type=int,
+        metavar="N",
+        help="of those, from one source address (default: all of them; lower it where clients come "
+        "from many hosts, so one host cannot take the whole budget)",
     )
     sp.add_argument(
         "--http-max-connections",
