@@ -607,6 +607,7 @@ class SharedConn(asyncio.Protocol):
         self.lost = False
         self.waiting = len(executor_ids)  # cluster replies still to come
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.welcomed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -615,12 +616,12 @@ class SharedConn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
-        if not self.ready.done():
-            self.ready.set_exception(ConnectionError(f"job {self.job}: connection lost: {exc}"))
+        self._fail(f"job {self.job}: connection lost: {exc}")
 
     def _fail(self, text: str) -> None:
-        if not self.ready.done():
-            self.ready.set_exception(RuntimeError(text))
+        for fut in (self.welcomed, self.ready):
+            if not fut.done():
+                fut.set_exception(RuntimeError(text))
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
@@ -635,6 +636,8 @@ class SharedConn(asyncio.Protocol):
                 self._write(m.Hello(version=m.PROTOCOL_VERSION, role="node", job=self.job, proof=proof,
                                     cnonce=auth.new_nonce()))  # fmt: skip
             elif isinstance(msg, m.Welcome):
+                if not self.welcomed.done():
+                    self.welcomed.set_result(None)
                 for mb in self.members:
                     ids = {"job": self.job, "executor_id": mb.executor_id, "attempt": 0}
                     e = mb.executor_id
@@ -673,8 +676,9 @@ async def _steady_worker(
 
     async def open_one(job: str, token: bytes, executor_ids: list[int]) -> SharedConn:
         c = SharedConn(job, token, executor_ids, beater)
-        async with gate:
+        async with gate:  # the handshake too (see SimNode.connect)
             await loop.create_connection(lambda: c, "127.0.0.1", port)
+            await c.welcomed
         await asyncio.wait_for(c.ready, AWAIT_CLUSTER_S)
         return c
 

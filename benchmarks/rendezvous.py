@@ -115,6 +115,13 @@ class _Node(asyncio.Protocol):
         self.conn = Connection()
         self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        #: Set once the handshake is done: the connect gate covers it (see ``_node``).
+        self.welcomed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def _fail(self, e: BaseException) -> None:
+        for fut in (self.welcomed, self.ready):
+            if not fut.done():
+                fut.set_exception(e)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -125,12 +132,10 @@ class _Node(asyncio.Protocol):
             while (msg := self.conn.next_event()) is not NEED_DATA:
                 self._on(msg)  # type: ignore[arg-type]
         except Exception as e:
-            if not self.ready.done():
-                self.ready.set_exception(e)
+            self._fail(e)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.ready.done():
-            self.ready.set_exception(ConnectionError(f"node {self.i}: connection lost: {exc}"))
+        self._fail(ConnectionError(f"node {self.i}: connection lost: {exc}"))
 
     def _on(self, msg: m.Message) -> None:
         conn, job, i = self.conn, self.job, self.i
@@ -145,6 +150,8 @@ class _Node(asyncio.Protocol):
                 )
             )
         elif isinstance(msg, m.Welcome):
+            if not self.welcomed.done():
+                self.welcomed.set_result(None)
             node_host, node_port = _address(i)
             # Register, then (as NodeClient.start_heartbeats does) a stop wait that stays
             # pending beside the cluster wait: pipelined, in one write.
@@ -178,6 +185,9 @@ async def _node(
         transport, node = await asyncio.get_running_loop().create_connection(
             lambda: _Node(token, job, i, size), host, port
         )
+        # The handshake too, not only the connect: one simulating host stays within the
+        # coordinator's budget of connections in their handshake, as many hosts would.
+        await node.welcomed
     finally:
         gate.put_nowait(None)
     await node.ready
