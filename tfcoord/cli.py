@@ -720,6 +720,13 @@ def _print_final(args: argparse.Namespace, status: JobStatus | None) -> None:
 def cmd_submit(args: argparse.Namespace) -> int:
     from tfcoord.node.local import run_local
 
+    if args.no_wait and (args.engine != "mesos" or not (args.address or os.environ.get(ADDRESS_ENV))):
+        where = ("its nodes are processes of this command" if args.engine == "local"
+                 else "this command is the Spark driver" if args.engine == "spark"
+                 else "an embedded coordinator ends with this command")  # fmt: skip
+        raise UsageError(f"--no-wait needs --engine mesos and a running coordinator (--address or {ADDRESS_ENV}): "
+                         f"{where}; run it in the background instead (nohup tfcoord submit ... &) and follow "
+                         "it with tfcoord status JOB")  # fmt: skip
     if args.engine == "mesos":
         return _submit_mesos(args)
     command = _command(args)
@@ -865,6 +872,13 @@ def _submit_mesos(args: argparse.Namespace) -> int:
                 + ", ".join(f"{r.count} {r.role} ({r.resources_text()})" for r in mjob.roles)
                 + f", {what}"
             )
+            if args.no_wait:  # the coordinator's framework places and watches the tasks
+                if args.json:
+                    print(json.dumps({"job": job}), flush=True)
+                else:
+                    print(job, flush=True)
+                _emit(f"not waiting: follow it with `tfcoord status {job}`, end it with `tfcoord stop {job}`")
+                return 0
             try:
                 if mjob.server_mode:
                     status = mesos.wait_running(
@@ -1136,6 +1150,8 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     sp.add_argument("--evaluator", action="store_true", help="add an evaluator task")
     sp.add_argument("--name", default="")
     sp.add_argument("--reservation-timeout", type=float, default=600.0)
+    sp.add_argument("--no-wait", action="store_true",
+                    help="print the job id once submitted and exit 0 (mesos engine with a running coordinator)")  # fmt: skip
     sp.add_argument("command", nargs=argparse.REMAINDER)
     sp.set_defaults(fn=cmd_submit)
 

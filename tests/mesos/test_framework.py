@@ -892,6 +892,13 @@ def test_serve_runs_the_framework_for_submitted_jobs(master: ThreadedFakeMaster,
         )
         assert out.returncode == 0, out.stderr
         assert "job RUNNING -> SUCCEEDED" in out.stderr
+        # --no-wait: the id, at once; the coordinator's framework runs the job on its own.
+        quick = serve.cli("submit", "--engine", "mesos", "--no-wait", "--json", "--job", "worker:1:cpus=0.5,mem=256",
+                          "--", sys.executable, "-c", "print('later')", env=dict(serve.env, **env))  # fmt: skip
+        assert quick.returncode == 0, quick.stderr
+        job = json.loads(quick.stdout)["job"]
+        with DriverClient(serve.address, serve.secret) as driver:
+            assert driver.await_job(job, timeout_s=120).state.value == "SUCCEEDED"
     finally:
         assert serve.stop() == 0, serve.log
     assert master.master.calls_of("TEARDOWN")  # no journal: the framework ends with the service
