@@ -27,6 +27,7 @@ import pytest
 from tests.integration.pki import Authority
 from tests.integration.served import Served
 from tests.mesos.fake_master import AgentSpec, FakeMaster, ThreadedFakeMaster
+from tfcoord.cli import ADMIN_SUFFIX
 from tfcoord.client import DriverClient, JobFailed, auth
 from tfcoord.compat.tfmesos2 import Job, cluster
 from tfcoord.compat.tfmesos2 import _config as tfmesos2_config
@@ -897,7 +898,9 @@ def test_serve_runs_the_framework_for_submitted_jobs(master: ThreadedFakeMaster,
                           "--", sys.executable, "-c", "print('later')", env=dict(serve.env, **env))  # fmt: skip
         assert quick.returncode == 0, quick.stderr
         job = json.loads(quick.stdout)["job"]
-        with DriverClient(serve.address, serve.secret) as driver:
+        # The job is not this test's driver's (each driver sees its own): the admin credential sees it.
+        admin = auth.read_secret(f"{serve.secret_file}{ADMIN_SUFFIX}")
+        with DriverClient(serve.address, admin, role="admin") as driver:
             assert driver.await_job(job, timeout_s=120).state.value == "SUCCEEDED"
     finally:
         assert serve.stop() == 0, serve.log
