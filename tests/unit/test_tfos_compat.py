@@ -66,3 +66,30 @@ def test_tf_version_is_the_installed_tensorflow() -> None:
     from importlib import metadata
 
     assert metadata.version("tensorflow-cpu") == TFNode.TF_VERSION
+
+
+def test_the_node_context_takes_tensorflowonspark_constructor_arguments() -> None:
+    from tfcoord.compat.tensorflowonspark import TFSparkNode
+
+    spec = {"ps": ["h:1"], "chief": ["h:2"], "worker": ["h:3", "h:4"]}
+    mgr = TFManager.start(b"k", ["input"])
+    try:
+        ctx = TFSparkNode.TFNodeContext(2, "worker", 0, spec, "hdfs://nn", "/w", mgr)  # positional, as TFoS
+        assert (ctx.executor_id, ctx.worker_num, ctx.job_name, ctx.task_index) == (2, 2, "worker", 0)
+        assert ctx.num_workers == 3 and ctx.defaultFS == "hdfs://nn" and ctx.working_dir == "/w"
+        assert ctx.mgr is mgr and ctx.absolute_path("x") == f"hdfs://nn/user/{getpass.getuser()}/x"
+        assert ctx.tmp_socket is None  # no port reserved for a hand-made context
+    finally:
+        mgr.shutdown()
+    assert TFSparkNode.TFNodeContext().cluster_spec == {}
+
+
+def test_tmp_socket_holds_the_reserved_port_until_released() -> None:
+    from tfcoord.node.context import TFNodeContext
+    from tfcoord.node.ports import PortReservation
+
+    port = PortReservation()
+    ctx = TFNodeContext(0, "worker", 0, {"worker": ["h:1"]}, 1, _release=port.release, _port=port)
+    assert ctx.tmp_socket is not None and ctx.tmp_socket.getsockname()[1] == port.port
+    ctx.release_port()
+    assert ctx.tmp_socket is None

@@ -36,6 +36,14 @@ class TFNodeContext:
     _release: Callable[[], None] | None = field(default=None, repr=False)
     #: The node's feed server (InputMode.SPARK on a chief, master or worker), else None.
     _feed: Any = field(default=None, repr=False)
+    #: The reservation holding the TensorFlow port (a PortReservation), while map_fun runs.
+    _port: Any = field(default=None, repr=False)
+
+    @property
+    def tmp_socket(self) -> Any:
+        """The socket that holds this node's TensorFlow port until ``release_port()`` (TensorFlowOnSpark's
+        name); None once released, and always None with ``release_port=True``."""
+        return self._port.socket if self._port is not None else None
 
     @property
     def mgr(self) -> Any:

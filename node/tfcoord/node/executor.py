@@ -178,6 +178,7 @@ def _child(
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.environ.update(env)
         ctx._release = port.release
+        ctx._port = port
         if feed_sock is not None:
             from .datafeed import FeedServer
 

@@ -46,6 +46,11 @@ class PortReservation:
     def held(self) -> bool:
         return self._sock is not None
 
+    @property
+    def socket(self) -> socket.socket | None:
+        """The bound socket holding the port, None once released (TensorFlowOnSpark's ``ctx.tmp_socket``)."""
+        return self._sock
+
     def release(self) -> None:
         """Free the port so TensorFlow can bind it. Safe to call twice."""
         if self._sock is not None:
