@@ -253,3 +253,33 @@ def test_a_driver_sees_and_stops_only_its_own_jobs(served: Served):
     with DriverClient(served.address, admin_secret, role="admin") as admin:
         assert job in {j["job"] for j in admin.status()["jobs"]}
         assert admin.stop(job, "by the operator")["state"] == "STOPPED"
+
+
+# -- 8 (the wire): the embedded coordinator speaks TLS by default -------------------------------
+
+
+def test_an_ephemeral_tls_coordinator_is_pinned_by_its_nodes_and_refuses_plaintext():
+    """The default Spark path (an embedded coordinator on 0.0.0.0) could not use TLS, so
+    anyone on the path could read and inject frames. Now it makes its own CA and
+    certificate; its clients pin that CA, and a plaintext peer gets nothing."""
+    from tfcoord.client import TlsError, tls
+    from tfcoord.node.tlsfiles import TlsFiles
+
+    with EmbeddedCoordinator(host="0.0.0.0", ephemeral_tls=True) as coord:
+        assert coord.ca_pem is not None and "BEGIN CERTIFICATE" in coord.ca_pem
+        pinned = TlsFiles(ca_pem=coord.ca_pem).context()
+        with DriverClient(coord.address, coord.secret, ssl_context=pinned) as d:
+            job = d.submit(JobSpec(roles=make_roles(1)))
+            with NodeClient(coord.address, d.job_token(job), job, 0, ssl_context=pinned) as n:
+                n.register("127.0.0.1", 6000)
+                assert n.await_cluster(30).cluster == {"worker": ["127.0.0.1:6000"]}
+        with pytest.raises(TlsError, match="TLS"):
+            DriverClient(coord.address, coord.secret, challenge_timeout_s=1).connect()
+        # Another embedded coordinator's CA is not this one's: pinning means exactly this one.
+        with (
+            EmbeddedCoordinator(ephemeral_tls=True) as other,
+            pytest.raises(TlsError, match="does not trust"),
+        ):
+            DriverClient(
+                coord.address, coord.secret, ssl_context=tls.client_context(ca_pem=other.ca_pem)
+            ).connect()

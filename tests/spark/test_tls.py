@@ -75,5 +75,5 @@ def test_without_the_client_certificate_the_driver_is_refused_before_spark_runs(
 
 
 def test_tls_needs_a_running_coordinator(sc, tmp_path, pki) -> None:
-    with pytest.raises(ValueError, match="embedded coordinator speaks plain TCP"):
+    with pytest.raises(ValueError, match="the embedded coordinator makes its own certificate"):
         tfs.run(sc, mapfuns.report_context, args_for(tmp_path), 2, 0, tls=TlsFiles.of(str(pki.ca.cert)))

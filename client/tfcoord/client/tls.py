@@ -105,7 +105,11 @@ def server_context(
 
 
 def client_context(
-    ca_file: PathLike | None = None, cert_file: PathLike | None = None, key_file: PathLike | None = None
+    ca_file: PathLike | None = None,
+    cert_file: PathLike | None = None,
+    key_file: PathLike | None = None,
+    *,
+    ca_pem: str | None = None,
 ) -> ssl.SSLContext:
     """A client's context: trust ``ca_file`` (else the system's CAs), check the host name,
     and present ``cert_file``/``key_file`` when the coordinator asks (mutual TLS).
@@ -123,6 +127,11 @@ def client_context(
     ctx.minimum_version = MINIMUM_VERSION
     if ca_file is not None:
         _load_ca(ctx, ca_file)
+    if ca_pem is not None:  # a pinned CA, e.g. an embedded coordinator's own (coordinator.ephemeral)
+        try:
+            ctx.load_verify_locations(cadata=ca_pem)
+        except ssl.SSLError as e:
+            raise TlsError(f"the pinned coordinator CA is not a PEM certificate ({e.reason or e})") from None
     if cert_file is not None and key_file is not None:
         _load_chain(ctx, cert_file, key_file)
     return ctx

@@ -33,6 +33,8 @@ class EmbeddedCoordinator:
         advertise_host: the host nodes should dial, when it differs from ``host``.
         mesos: run a Mesos framework for jobs of engine "mesos" (torn down on stop).
         mesos_gpus: advertise GPU_RESOURCES from the start (a job that wants GPUs is coming).
+        ephemeral_tls: serve TLS with a certificate made now, for this coordinator only (see
+            ``coordinator.ephemeral``); its CA is :attr:`ca_pem`.
         options: further :class:`ServerConfig` fields (limits, TLS).
     """
 
@@ -45,9 +47,22 @@ class EmbeddedCoordinator:
         mesos: MesosConfig | None = None,
         mesos_gpus: bool = False,
         admin_secret: bytes | None = None,
+        ephemeral_tls: bool = False,
         **options: Any,
     ) -> None:
         self.secret = secret or auth.new_secret()
+        #: With ``ephemeral_tls``, the PEM of the coordinator's own CA: what its clients pin
+        #: (``tls.client_context(ca_pem=...)``, ``TlsFiles(ca_pem=...)``).
+        self.ca_pem: str | None = None
+        if ephemeral_tls:
+            if options.get("ssl_context") is not None:
+                raise ValueError("ephemeral_tls makes its own certificate; do not also pass ssl_context")
+            import socket
+
+            from .ephemeral import ephemeral_tls as make_tls
+
+            names = [advertise_host or "", host, "127.0.0.1", "::1", "localhost", socket.gethostname()]
+            options["ssl_context"], self.ca_pem = make_tls(n for n in names if n not in ("", "0.0.0.0", "::"))
         #: Sees and stops every job (drivers only their own); never given to executors.
         self.admin_secret = admin_secret or auth.new_secret()
         engines: tuple[EngineFactory, ...] = ()

@@ -63,8 +63,16 @@ class InputMode:
     SPARK = 1  #: Spark feeds RDD partitions to the nodes (cluster.train / inference)
 
 
-def _coordinator(sc: Any, address: str | None, secret: bytes | None, tls: TlsFiles | None):
-    """(address, secret, TLS files or None, embedded-or-None) for this run."""
+def _coordinator(
+    sc: Any, address: str | None, secret: bytes | None, tls: TlsFiles | None, plaintext: bool = False
+):
+    """(address, secret, TLS files or None, embedded-or-None) for this run.
+
+    An embedded coordinator serves TLS with a certificate of its own (``ephemeral_tls``),
+    whose CA its nodes pin through the job (``TlsFiles.ca_pem``): executors dial it across
+    the cluster's network, where anyone on the path could otherwise read cluster specs and
+    tracebacks or inject frames. ``plaintext`` opts out, with a warning.
+    """
     address = address or os.environ.get("TFCOORD_ADDRESS")
     if address:
         if secret is None:
@@ -80,7 +88,8 @@ def _coordinator(sc: Any, address: str | None, secret: bytes | None, tls: TlsFil
     if tls is not None:
         raise ValueError(
             "tls= is for a running coordinator that serves TLS: give its address too "
-            "(coordinator= or TFCOORD_ADDRESS); the embedded coordinator speaks plain TCP"
+            "(coordinator= or TFCOORD_ADDRESS); the embedded coordinator makes its own certificate, "
+            "which its nodes pin"
         )
     from tfcoord.coordinator.embedded import start_embedded
 
@@ -91,8 +100,16 @@ def _coordinator(sc: Any, address: str | None, secret: bytes | None, tls: TlsFil
     port = os.environ.get("TFOS_SERVER_PORT", "").strip()
     if port and not port.isdigit():
         raise ValueError(f"TFOS_SERVER_PORT must be a port number, not {port!r}")
-    embedded = start_embedded(host="0.0.0.0", advertise_host=host, port=int(port or 0))
-    return embedded.address, embedded.secret, None, embedded
+    if plaintext:
+        log.warning(
+            "the embedded coordinator serves PLAINTEXT (plaintext=True): anyone on the network between "
+            "the driver and the executors can read cluster specs and tracebacks and inject requests"
+        )
+    embedded = start_embedded(
+        host="0.0.0.0", advertise_host=host, port=int(port or 0), ephemeral_tls=not plaintext
+    )
+    pinned = TlsFiles(ca_pem=embedded.ca_pem) if embedded.ca_pem else None
+    return embedded.address, embedded.secret, pinned, embedded
 
 
 def _ship_aliases(sc: Any) -> None:
@@ -132,6 +149,7 @@ def run(
     name: str = "",
     tls: TlsFiles | None = None,
     legacy_keras: bool = False,
+    plaintext: bool = False,
 ) -> SparkCluster:
     """Start a TensorFlow cluster on Spark executors and run ``map_fun(tf_args, ctx)`` on each.
 
@@ -143,7 +161,9 @@ def run(
     ``coordinator`` and ``secret`` (or ``TFCOORD_ADDRESS`` and ``TFCOORD_SECRET_FILE``) name
     a running coordinator instead of an embedded one; ``tls`` (or ``TFCOORD_TLS_CA``,
     ``TFCOORD_TLS_CERT``, ``TFCOORD_TLS_KEY``) the files to reach it over TLS, which the
-    driver and every node read (the paths must be valid where the nodes run).
+    driver and every node read (the paths must be valid where the nodes run). An embedded
+    coordinator speaks TLS with a certificate it makes itself, pinned by the nodes;
+    ``plaintext=True`` turns that off (logged as a warning).
 
     Raises:
         ValueError: the arguments do not describe a valid cluster (the message says what to change).
@@ -178,7 +198,7 @@ def run(
         name=name or sc.appName,
         labels={"spark_app_id": sc.applicationId},
     )
-    address, key, tls, embedded = _coordinator(sc, coordinator, secret, tls)
+    address, key, tls, embedded = _coordinator(sc, coordinator, secret, tls, plaintext)
     driver = DriverClient(address, key, ssl_context=tls.context() if tls is not None else None).connect()
     try:
         job = driver.submit(spec)

@@ -29,6 +29,9 @@ class TlsFiles:
     ca: str | None = None
     cert: str | None = None
     key: str | None = None
+    #: A pinned CA certificate itself (PEM text, public): an embedded coordinator's
+    #: ephemeral CA, which exists in no file and travels with the job.
+    ca_pem: str | None = None
 
     @classmethod
     def of(cls, ca: str | None = None, cert: str | None = None, key: str | None = None) -> TlsFiles:
@@ -47,4 +50,4 @@ class TlsFiles:
         Raises:
             TlsError: a file is missing, unreadable or not PEM, or only one of cert and key is set.
         """
-        return tls.client_context(self.ca, self.cert, self.key)
+        return tls.client_context(self.ca, self.cert, self.key, ca_pem=self.ca_pem)
