@@ -191,6 +191,9 @@ def _child(
         # The port must be ours alone from here: wait until the parent closed its copy.
         parent_released.wait()
         _install_aliases()
+        from .hadoop import expand_classpath
+
+        expand_classpath(os.environ)  # hdfs:// paths in TensorFlow, as TensorFlowOnSpark's nodes
         if isinstance(spec.tf_args, list):
             sys.argv = list(spec.tf_args)  # TensorFlowOnSpark's rule: argparse in map_fun sees tf_args
         if spec.legacy_keras:

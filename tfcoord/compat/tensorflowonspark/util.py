@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import subprocess
 from collections.abc import Sequence
+
+from tfcoord.node.hadoop import expand_classpath
 
 from . import gpu_info
 
@@ -25,15 +26,7 @@ def single_node_env(num_gpus: int = 1, worker_index: int = -1, nodes: Sequence[s
     Raises:
         tfcoord.node.gpus.GpuUnavailable: the host has GPUs but too few are free.
     """
-    hadoop = os.environ.get("HADOOP_HOME") or os.environ.get("HADOOP_PREFIX")
-    if hadoop and "TFOS_CLASSPATH_UPDATED" not in os.environ:
-        jars = subprocess.check_output(
-            [os.path.join(hadoop, "bin", "hadoop"), "classpath", "--glob"], text=True
-        )
-        os.environ["CLASSPATH"] = os.pathsep.join(
-            p for p in (os.environ.get("CLASSPATH", ""), jars.strip()) if p
-        )
-        os.environ["TFOS_CLASSPATH_UPDATED"] = "1"
+    expand_classpath(os.environ)
     if num_gpus > 0 and gpu_info.is_gpu_available():
         gpus = gpu_info.get_gpus(num_gpus, worker_index)
         log.info("using GPU(s) %s", gpus)
