@@ -92,14 +92,15 @@ class Accepting:
             )
         if hello.role not in self.roles:
             raise HandshakeRefused(
-                ErrorCode.AUTH_FAILED, f"a {hello.role} may not connect here (only {', '.join(self.roles)})"
+                ErrorCode.AUTH_FAILED,
+                f"role {hello.role!r} may not connect here (only {', '.join(self.roles)})",
             )
         expected = self.key_for(hello.role, hello.job)
         proof = auth.client_proof(expected.key, self.nonce, hello.role, hello.job, hello.owner)
         if not auth.verify(proof, hello.proof):
             raise HandshakeRefused(
                 ErrorCode.AUTH_FAILED,
-                f"authentication failed for a {hello.role} connection: the proof does not match "
+                f"authentication failed for this {hello.role} connection: the proof does not match "
                 f"{expected.what}{expected.hint}",
                 bad_proof=True,
             )

@@ -668,7 +668,7 @@ class CoordinatorServer:
                 m.Error(
                     id=msg.id,
                     code=ErrorCode.FORBIDDEN,
-                    message=(f"op {msg.op!r} is not allowed for a {peer.role} connection"),
+                    message=(f"op {msg.op!r} is not allowed for a connection of role {peer.role!r}"),
                 )
             )
             return
