@@ -113,6 +113,7 @@ class Coordinator:
                     "--log-level",
                     "WARNING",
                     "serve",
+                    "--plaintext",
                     "--port",
                     str(self.port),
                     "--port-file",

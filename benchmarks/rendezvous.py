@@ -241,6 +241,7 @@ def run_tfcoord(nodes: int) -> dict:
                 "--log-level",
                 "WARNING",
                 "serve",
+                "--plaintext",
                 "--port",
                 "0",
                 "--port-file",

@@ -2,7 +2,7 @@
 
     tfcoord serve   --host H --port P --port-file F --secret-file S [--state-dir D]
                     [--http-host H --http-port P --http-port-file F --http-token-file T]
-                    [--tls-cert F --tls-key F [--tls-ca F]]      (each flag also as TFCOORD_*)
+                    (--tls-cert F --tls-key F [--tls-ca F] | --plaintext)   (each flag also as TFCOORD_*)
     tfcoord env-check [--address A] [--secret-file S]
     tfcoord status  [JOB]
     tfcoord stop    JOB [--dry-run] [--reason TEXT]
@@ -277,12 +277,21 @@ def _client_tls() -> ssl.SSLContext | None:
 
 
 def _server_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The coordinator's TLS context; None only where plaintext was asked for by name."""
     if not args.tls_cert and not args.tls_key:
         if args.tls_ca:
             raise UsageError(
                 "--tls-ca (mutual TLS) needs --tls-cert and --tls-key: the coordinator's own certificate"
             )
-        return None
+        if not args.plaintext:
+            # Job tokens and registrations cross the network: unencrypted only on request.
+            raise UsageError(
+                "serve needs TLS: pass --tls-cert F --tls-key F (or TFCOORD_TLS_CERT, "
+                "TFCOORD_TLS_KEY), or --plaintext (TFCOORD_PLAINTEXT=1) to serve unencrypted"
+            )
+        return None  # cmd_serve warns once every other check has passed
+    if args.plaintext:
+        raise UsageError("--plaintext contradicts --tls-cert/--tls-key: pass one or the other")
     if not (args.tls_cert and args.tls_key):
         raise UsageError("--tls-cert and --tls-key go together: the certificate and its private key")
     try:
@@ -506,6 +515,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "--http-port needs --http-token-file: the API and dashboard require a bearer "
             "token (the file is created, mode 600, if missing)"
         )
+    # Before any file is created: a start refused for want of TLS leaves nothing behind.
+    ssl_context = _server_tls(args)
     from tfcoord.coordinator.server import BudgetError, connection_budget
 
     http_max = args.http_max_connections if args.http_port is not None else 0
@@ -536,7 +547,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         http_port_file=Path(args.http_port_file) if args.http_port_file else None,
         http_token=http_token,
         notify_socket=os.environ.get(NOTIFY_SOCKET_ENV) or None,
-        ssl_context=_server_tls(args),
+        ssl_context=ssl_context,
         mesos=_serve_mesos(args),
         advertise_host=args.advertise_host,
         keep_finished_jobs=args.keep_finished_jobs,
@@ -548,6 +559,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ),
         http_max_connections=args.http_max_connections,
     )
+    if ssl_context is None:
+        log.warning(
+            "serving plaintext (--plaintext): node, driver and HTTP traffic is unencrypted and "
+            "unauthenticated after the handshake; use it only on a network you trust"
+        )
     try:
         asyncio.run(_serve(cfg))
     except StateDirError as e:
@@ -1057,6 +1073,11 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     sp.add_argument("--tls-key", help="the certificate's PEM private key (mode 600)")
     sp.add_argument("--tls-ca", help="mutual TLS: clients must present a certificate signed by this CA")
     sp.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="serve without TLS (logged as a warning); without it, --tls-cert and --tls-key are required",
+    )
+    sp.add_argument(
         "--mesos-master",
         help="run the Mesos framework against these masters, host:port[,host:port] "
         "(default: $MESOS_MASTER; neither: no Mesos)",
@@ -1230,6 +1251,19 @@ def env_name(flag: str) -> str:
     return "TFCOORD_" + flag.lstrip("-").upper().replace("-", "_")
 
 
+#: What ``TFCOORD_<SWITCH>`` may say: a switch set to "0" must not read as on.
+_SWITCH_VALUES = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
+
+
 def _env_flags(sp: argparse.ArgumentParser, env: Any, *, skip: set[str]) -> None:
     """Let ``TFCOORD_<FLAG>`` set each flag of ``sp`` (a flag on the command line wins).
 
@@ -1249,6 +1283,11 @@ def _env_flags(sp: argparse.ArgumentParser, env: Any, *, skip: set[str]) -> None
         action.help = (action.help or "") + f" [${name}]"
         value = env.get(name)
         if value is None or value == "":
+            continue
+        if isinstance(action, argparse._StoreTrueAction):  # a switch: argparse keeps no public type for it
+            if value.lower() not in _SWITCH_VALUES:
+                raise UsageError(f"{name}={value!r} is not a switch: set it to 1 or 0 (true/false, yes/no)")
+            action.default = _SWITCH_VALUES[value.lower()]
             continue
         if action.type is not None and action.type is not str:
             try:

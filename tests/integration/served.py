@@ -87,6 +87,8 @@ class Served:
             str(self.secret_file),
             *extra,
         ]
+        if "--tls-cert" not in extra and "TFCOORD_PLAINTEXT" not in (os.environ if env is None else env):
+            cmd.append("--plaintext")  # serve refuses to go unencrypted unless told
         if state_dir is not None:
             cmd += ["--state-dir", str(state_dir)]
         if http:

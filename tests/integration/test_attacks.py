@@ -102,6 +102,7 @@ def test_serve_refuses_caps_that_do_not_fit_its_descriptor_limit(tmp_path: Path)
             "-m",
             "tfcoord",
             "serve",
+            "--plaintext",
             "--port",
             "0",
             "--secret-file",

@@ -99,6 +99,7 @@ def test_serve_that_cannot_bind_http_exits_and_leaves_no_port_file(tmp_path):
             [
                 *TFCOORD,
                 "serve",
+                "--plaintext",
                 "--port",
                 "0",
                 "--port-file",
@@ -128,7 +129,7 @@ def test_serve_refuses_the_secret_as_http_token(tmp_path):
     auth.write_secret(copy, auth.read_secret(secret))
     link = tmp_path / "link-to-secret"
     link.symlink_to(secret)
-    base = [*TFCOORD, "serve", "--port", "0", "--secret-file", str(secret), "--http-port", "0"]
+    base = [*TFCOORD, "serve", "--plaintext", "--port", "0", "--secret-file", str(secret), "--http-port", "0"]
     for token_file, says in [
         (secret, "is the coordinator secret file"),
         (link, "is the coordinator secret file"),
@@ -182,7 +183,10 @@ def test_client_commands_explain_missing_configuration(tmp_path):
     loose.write_text("x" * 40)
     loose.chmod(0o644)
     out = subprocess.run(
-        [*TFCOORD, "serve", "--secret-file", str(loose)], capture_output=True, text=True, timeout=60
+        [*TFCOORD, "serve", "--plaintext", "--secret-file", str(loose)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 2 and f"chmod 600 {loose}" in out.stderr
 
@@ -218,7 +222,17 @@ def test_foreign_state_dir_is_refused(tmp_path):
     state.mkdir()
     (state / "journal.sqlite3").write_bytes(b"this is not sqlite" * 100)
     out = subprocess.run(
-        [*TFCOORD, "serve", "--port", "0", "--secret-file", str(tmp_path / "s"), "--state-dir", str(state)],
+        [
+            *TFCOORD,
+            "serve",
+            "--plaintext",
+            "--port",
+            "0",
+            "--secret-file",
+            str(tmp_path / "s"),
+            "--state-dir",
+            str(state),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

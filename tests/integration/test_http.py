@@ -429,7 +429,17 @@ def test_serve_with_http_journal_metrics_and_json_logs(tmp_path):
 
 
 def test_serve_refuses_http_without_a_token_file_and_a_readable_token_file(tmp_path):
-    base = [sys.executable, "-m", "tfcoord", "serve", "--port", "0", "--secret-file", str(tmp_path / "s")]
+    base = [
+        sys.executable,
+        "-m",
+        "tfcoord",
+        "serve",
+        "--plaintext",
+        "--port",
+        "0",
+        "--secret-file",
+        str(tmp_path / "s"),
+    ]
     out = subprocess.run([*base, "--http-port", "0"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--http-token-file" in out.stderr
     loose = tmp_path / "loose-token"

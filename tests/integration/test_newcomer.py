@@ -119,7 +119,16 @@ def test_an_unknown_job_is_exit_1_and_says_how_to_find_jobs(served):
 
 
 def test_serve_on_a_busy_port(served, tmp_path):
-    out = tfcoord("serve", "--port", str(served.port), "--secret-file", str(served.secret_file))
+    out = tfcoord(  # ERROR: the plaintext warning is not the mistake's line
+        "serve",
+        "--plaintext",
+        "--log-level",
+        "ERROR",
+        "--port",
+        str(served.port),
+        "--secret-file",
+        str(served.secret_file),
+    )
     one_line(out, 2, "cannot listen", "--port", "0 picks a free one")
 
 
@@ -138,6 +147,7 @@ def test_serve_flags_from_the_environment_and_a_bad_one_named(tmp_path):
         "TFCOORD_HTTP_PORT": "0",
         "TFCOORD_HTTP_TOKEN_FILE": str(tmp_path / "token"),
         "TFCOORD_LOG_LEVEL": "INFO",
+        "TFCOORD_PLAINTEXT": "1",
     }
     assert sorted(names) == sorted(values), "deploy/tfcoord.env changed: give this test a value for each"
     import os
@@ -145,6 +155,7 @@ def test_serve_flags_from_the_environment_and_a_bad_one_named(tmp_path):
     served = Served(tmp_path, env=dict(os.environ, **values, TFCOORD_HTTP_PORT_FILE=str(tmp_path / "hp")))
     try:
         assert (tmp_path / "journal").is_dir() and (tmp_path / "token").is_file()
+        assert "WARNING tfcoord: serving plaintext (--plaintext)" in served.log
         assert f"HTTP on 127.0.0.1:{(tmp_path / 'hp').read_text().strip()}" in served.ready["STATUS"]
     finally:
         served.stop()
@@ -219,3 +230,22 @@ def test_shell_completion_completes_commands_and_choices(tmp_path):
     )
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30, check=True)
     assert out.stdout.splitlines() == ["submit", "local spark mesos"]
+
+
+def test_serve_without_tls_files_needs_plaintext_asked_for_by_name(tmp_path):
+    """No certificate and no --plaintext: one line saying what to pass, never a silent plaintext."""
+    base = ("serve", "--port", "0", "--secret-file", str(tmp_path / "s"))
+    env = {"TFCOORD_SECRET_FILE": str(tmp_path / "s"), "PATH": "/usr/bin:/bin"}
+    one_line(tfcoord(*base), 2, "serve needs TLS", "--tls-cert", "--plaintext")
+    one_line(tfcoord(*base, env=dict(env, TFCOORD_PLAINTEXT="0")), 2, "serve needs TLS")
+    one_line(
+        tfcoord(*base, env=dict(env, TFCOORD_PLAINTEXT="maybe")), 2, "TFCOORD_PLAINTEXT='maybe'", "1 or 0"
+    )
+    key = tmp_path / "key.pem"
+    key.write_text("unused")
+    one_line(
+        tfcoord(*base, "--plaintext", "--tls-cert", str(key), "--tls-key", str(key)),
+        2,
+        "--plaintext contradicts --tls-cert",
+    )
+    assert not (tmp_path / "s").exists()  # refused before any file was made
