@@ -1,43 +1,44 @@
-"""Feed benchmark: records per second fed from Spark into one TensorFlow worker through ``cluster.train``.
+"""Feed benchmark: records per second fed from Spark into TensorFlow nodes through ``cluster.train``.
 
-    python benchmarks/feed.py --records 1000000 --json [--repeats N] [--systems tfcoord,tfos]
+    python benchmarks/feed.py --records 1000000 --json [--nodes N] [--repeats N] [--systems tfcoord,tfos]
 
-One local Spark standalone cluster (``LocalSparkCluster``: a master and one worker with
-2 cores) runs both systems, one after the other, on the same data: an RDD of
-``records`` rows ``(i, i * 0.5)`` in ``--partitions`` partitions (10 by default),
-made from a range as the feeding tasks read it. (Not cached: blocks cached before the
-cluster starts sit partly on the executor a tfcoord node then holds, and Spark delays
-those tasks by ``spark.locality.wait``, 3 s, before running them elsewhere; an artefact
-of the set-up, not of feeding.) Each system starts a one-worker
-TensorFlow cluster in InputMode.SPARK and feeds it with ``cluster.train(rdd, num_epochs=1)``
-(TensorFlowOnSpark reads ``num_epochs=0`` as 10 epochs); the
-node's ``map_fun`` is the same code for both (TensorFlowOnSpark's ``TFNode.DataFeed``
-API, imported from ``tensorflowonspark`` or from ``tfcoord.compat.tensorflowonspark``):
-``next_batch(1000)`` until ``should_stop()``, counting records, which it writes to a
-file at the end so the run can check that every record arrived exactly once.
+Both systems run in the same run, one after the other, on TensorFlowOnSpark's own slot
+shape: a local Spark standalone cluster of ``--nodes`` workers x 1 core
+(``LocalSparkCluster(cores=1, workers=N)``, TensorFlowOnSpark's
+``SPARK_WORKER_INSTANCES=N``, ``-c 1``), each application with ``spark.cores.max=N``
+and ``spark.task.cpus=1``: as many 1-core executors as TensorFlow nodes, so the feeding
+tasks run in the slots the nodes were launched from. The data: an RDD of ``records``
+rows ``(i, i * 0.5)`` in ``--partitions`` partitions (10 by default), made from a range
+as the feeding tasks read it (not cached: cached blocks sit on one executor and Spark
+delays tasks elsewhere by ``spark.locality.wait``, an artefact of the set-up). Each
+system starts an N-worker TensorFlow cluster in InputMode.SPARK and feeds it with
+``cluster.train(rdd, num_epochs=1)`` (TensorFlowOnSpark reads ``num_epochs=0`` as 10
+epochs); the nodes' ``map_fun`` is the same code for both (TensorFlowOnSpark's
+``TFNode.DataFeed`` API, imported from ``tensorflowonspark`` or from
+``tfcoord.compat.tensorflowonspark``): ``next_batch(1000)`` until ``should_stop()``,
+counting records, which each node writes to a file at the end so the run can check that
+every record arrived exactly once.
 
 Measured: ``records_per_s`` = records / (time from the ``train()`` call to its return).
-Both systems return from ``train`` only once the node has consumed every partition
-(TensorFlowOnSpark joins its queue; tfcoord waits for the node's end-of-partition ack).
+Both systems return from ``train`` only once the nodes have consumed every partition
+(TensorFlowOnSpark joins its queues; tfcoord waits for each node's end-of-partition ack).
 Each run first feeds a 20,000-record warm-up RDD (Python workers, imports, connections)
 that is not timed.
 
-Spark set-up per system, each as its documentation requires:
+How each system uses the slots: TensorFlowOnSpark's node task returns once ``map_fun``
+runs in a background process, and its feeding tasks must run in the node's executor
+(they find the node's multiprocessing manager through a file in the executor's
+directory). tfcoord's node also runs in the background of its executor once started
+(its Spark task returns); its feeding tasks stream to the nodes over TCP from whichever
+executor runs them.
 
-* tfcoord: 2 executors x 1 core. The node's Spark task holds one executor for the
-  node's lifetime; the feeding tasks run on the other and reach the node over TCP.
-* TensorFlowOnSpark 2.2.5: 1 executor x 1 core (its rule: as many executors as
-  TensorFlow nodes). Its node task returns once ``map_fun`` runs in a background
-  process, and the feeding tasks run in the same executor, which they must: they find
-  the node's multiprocessing manager through a file in the executor's directory.
+TensorFlowOnSpark must be importable by the driver and the executors: ``make bench``
+installs it (``pip install --no-deps tensorflowonspark==2.2.5``: its own requirements pin
+old packages it does not need here), or ``--tfos-path DIR`` for a ``pip install --target
+DIR`` tree.
 
-Both use the same two host cores (the 2-core standalone worker). TensorFlowOnSpark must be
-importable by the driver and the executors: ``pip install --no-deps tensorflowonspark==2.2.5``
-(its own requirements pin old packages it does not need here), or ``--tfos-path DIR``
-for a ``pip install --target DIR`` tree.
-
-Output: one JSON line per system per run, then a summary with median rates and the
-ratio tfcoord / TensorFlowOnSpark (target >= 5).
+Output: one JSON line per system per run, then a summary with the shape, median rates
+and the ratio tfcoord / TensorFlowOnSpark (target >= 20).
 """
 
 from __future__ import annotations
@@ -53,11 +54,12 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 TFOS = "tensorflowonspark-2.2.5"
 TFCOORD = "tfcoord"
-TARGET_RATIO = 5.0
+TARGET_RATIO = 20.0
 WARMUP_RECORDS = 20_000
 #: TensorFlowOnSpark's shutdown arms SIGALRM with this and exits the process if it fires.
 TFOS_SHUTDOWN_TIMEOUT_S = 600
@@ -79,7 +81,7 @@ def map_fun(args: dict[str, Any], ctx: Any) -> None:
         batch = feed.next_batch(1000)
         count += len(batch)
         total += sum(r[0] for r in batch)
-    path = os.path.join(args["dir"], "count.json")
+    path = os.path.join(args["dir"], f"count-{ctx.executor_id}.json")
     with open(path + ".tmp", "w") as f:
         f.write(json.dumps({"count": count, "total": total}))
     os.replace(path + ".tmp", path)
@@ -93,13 +95,13 @@ def _cluster_api(system: str) -> Any:
     return TFCluster
 
 
-def measure(system: str, sc: Any, rdd: Any, warm: Any, records: int, base: str) -> dict[str, Any]:
+def measure(system: str, sc: Any, rdd: Any, warm: Any, records: int, base: str, nodes: int) -> dict[str, Any]:
     run_dir = tempfile.mkdtemp(prefix=f"{system.split('-')[0]}-", dir=base)
     TFCluster = _cluster_api(system)
     args = {"dir": run_dir, "tfnode": TFNODE[system]}
     try:
         cluster = TFCluster.run(
-            sc, map_fun, args, 1, 0, input_mode=TFCluster.InputMode.SPARK, reservation_timeout=120
+            sc, map_fun, args, nodes, 0, input_mode=TFCluster.InputMode.SPARK, reservation_timeout=120
         )
         try:
             cluster.train(warm, num_epochs=1, feed_timeout=600)
@@ -109,21 +111,29 @@ def measure(system: str, sc: Any, rdd: Any, warm: Any, records: int, base: str) 
         finally:
             if system == TFOS:
                 cluster.shutdown(timeout=TFOS_SHUTDOWN_TIMEOUT_S)
-            else:  # the node writes count.json after the feed ends: give it the time to
+            else:  # the nodes write their counts after the feed ends: give them the time to
                 cluster.shutdown(grace_secs=60)
-        with open(os.path.join(run_dir, "count.json")) as f:
-            seen = json.load(f)
+        counts = [json.loads(p.read_text()) for p in Path(run_dir).glob("count-*.json")]
+        seen = {
+            "nodes": len(counts),
+            "count": sum(c["count"] for c in counts),
+            "total": sum(c["total"] for c in counts),
+        }
         expected = records + WARMUP_RECORDS
         expected_total = records * (records - 1) // 2 + WARMUP_RECORDS * (WARMUP_RECORDS - 1) // 2
-        ok = seen["count"] == expected and seen["total"] == expected_total
+        ok = seen["nodes"] == nodes and seen["count"] == expected and seen["total"] == expected_total
         return {
             "system": system,
             "ok": ok,
             "records": records,
             "seconds": round(elapsed, 3),
             "records_per_s": round(records / elapsed),
-            "node_saw": seen["count"],
-            **({} if ok else {"error": f"node saw {seen} records, expected {expected}"}),
+            "nodes_saw": seen["count"],
+            **(
+                {}
+                if ok
+                else {"error": f"the nodes saw {seen}, expected {nodes} nodes and {expected} records"}
+            ),
         }
     except KeyboardInterrupt:
         raise
@@ -143,8 +153,8 @@ def _spark_context(master: str, executors: int, extra_path: str | None) -> Any:
         SparkConf()
         .setMaster(master)
         .setAppName(f"tfcoord-feed-bench-{executors}")
-        .set("spark.executor.cores", "1")
         .set("spark.cores.max", str(executors))
+        .set("spark.task.cpus", "1")
         .set("spark.executor.memory", "2g")
         .set("spark.pyspark.python", sys.executable)
         .set("spark.dynamicAllocation.enabled", "false")
@@ -166,7 +176,7 @@ def _spark_context(master: str, executors: int, extra_path: str | None) -> Any:
     return sc
 
 
-def summarize(rows: list[dict[str, Any]], records: int, spark_version: str) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], records: int, spark_version: str, nodes: int) -> dict[str, Any]:
     def median(system: str) -> float | None:
         rates = [r["records_per_s"] for r in rows if r["system"] == system and r.get("ok")]
         return round(statistics.median(rates)) if rates else None
@@ -177,6 +187,9 @@ def summarize(rows: list[dict[str, Any]], records: int, spark_version: str) -> d
         "summary": True,
         "records": records,
         "spark": spark_version,
+        # The same for both systems: TensorFlowOnSpark's slot shape.
+        "shape": f"{nodes} TensorFlow node(s) on {nodes} executor(s) x 1 core (standalone: {nodes} "
+        f"worker(s) x 1 core, spark.cores.max={nodes}, spark.task.cpus=1)",
         "tfcoord_records_per_s": ours,
         "tfos_records_per_s": theirs,
         "ratio": ratio,
@@ -189,11 +202,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=10)
+    ap.add_argument("--nodes", type=int, default=1, help="TensorFlow nodes = executors = 1-core workers")
     ap.add_argument("--repeats", type=int, default=1, help="measured runs per system")
     ap.add_argument("--systems", default="tfcoord,tfos", help="comma list of tfcoord, tfos")
     ap.add_argument("--tfos-path", help="a directory holding tensorflowonspark (pip install --target)")
     ap.add_argument("--json", action="store_true", help="print JSON lines only")
     args = ap.parse_args()
+    if args.nodes < 1 or args.records < 1 or args.partitions < 1:
+        ap.error("--nodes, --records and --partitions must be at least 1")
     names = {"tfcoord": TFCOORD, "tfos": TFOS}
     systems = [names[s] for s in args.systems.split(",") if s]
     if args.tfos_path:
@@ -211,14 +227,14 @@ def main() -> int:
     base = tempfile.mkdtemp(prefix="tfcoord-feed-bench-")
     rows: list[dict[str, Any]] = []
     try:
-        with LocalSparkCluster(cores=2, memory_mb=6144) as cluster:
+        with LocalSparkCluster(cores=1, workers=args.nodes, memory_mb=3072) as cluster:
             for system in systems:
-                sc = _spark_context(cluster.master_url, 2 if system == TFCOORD else 1, args.tfos_path)
+                sc = _spark_context(cluster.master_url, args.nodes, args.tfos_path)
                 try:
                     rdd = sc.parallelize(range(args.records), args.partitions).map(lambda i: (i, i * 0.5))
                     warm = sc.parallelize(range(WARMUP_RECORDS), 2).map(lambda i: (i, i * 0.5))
                     for _ in range(args.repeats):
-                        row = measure(system, sc, rdd, warm, args.records, base)
+                        row = measure(system, sc, rdd, warm, args.records, base, args.nodes)
                         rows.append(row)
                         print(json.dumps(row), flush=True)
                         if not row["ok"]:
@@ -227,13 +243,13 @@ def main() -> int:
                     sc.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    summary = summarize(rows, args.records, pyspark.__version__)
+    summary = summarize(rows, args.records, pyspark.__version__, args.nodes)
     print(json.dumps(summary), flush=True)
     if not args.json:
         for r in rows:
             line = f"{r['records_per_s']:>12,} records/s" if r.get("ok") else f"FAIL {r['error'][-200:]}"
             print(f"{r['system']:<26}{line}", file=sys.stderr)
-        print(f"ratio tfcoord / TensorFlowOnSpark: {summary['ratio']}", file=sys.stderr)
+        print(f"ratio tfcoord / TensorFlowOnSpark: {summary['ratio']} ({summary['shape']})", file=sys.stderr)
     return 0
 
 
