@@ -207,8 +207,8 @@ def saveAsTFRecords(df: Any, output_dir: str) -> None:
         yield n
 
     df.rdd.mapPartitionsWithIndex(write_partition).sum()
-    with tf.io.gfile.GFile(f"{path}/{SUCCESS_NAME}", "wb"):
-        pass
+    with tf.io.gfile.GFile(f"{path}/{SUCCESS_NAME}", "wb") as f:
+        f.write(b"")  # GFile creates the file only on a write
 
 
 def loadTFRecords(sc: Any, input_dir: str, binary_features: Sequence[str] = ()) -> Any:
