@@ -124,7 +124,9 @@ def test_estimator_fits_on_a_dataframe_and_the_model_transforms_one(sc, spark, t
     model.setOutputMapping({"prediction": "cout", "squared": "sq"}).setBatchSize(7)
     rows = model.transform(test).collect()
     assert len(rows) == 100 and set(rows[0].asDict()) == {"cout", "sq"}
-    assert sorted({round(r.cout[0], 1) for r in rows}) == [round(2 * WEIGHTS[0], 1), round(sum(WEIGHTS), 1)]
+    assert sorted({round(r.cout[0], 1) for r in rows}) == sorted(
+        [round(2 * WEIGHTS[0], 1), round(sum(WEIGHTS), 1)]
+    )
     assert all(r.sq[0] == pytest.approx(r.cout[0] ** 2, rel=1e-4) for r in rows)
     # Every Python worker that ran partitions loaded the model once: 6 partitions (and the
     # schema's sample), 2 executors.
