@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -285,3 +287,35 @@ def test_the_connection_caps_are_checked_against_the_descriptor_limit():
         connection_budget(20_000, 100, 50, limit=1024)
     with pytest.raises(BudgetError, match="raise the limit"):
         connection_budget(None, 4096, 256, limit=1024)
+
+
+def _embedded_under(nofile: int, code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh Python whose descriptor limit (soft and hard) is ``nofile``."""
+    prelude = "from tfcoord.coordinator.embedded import EmbeddedCoordinator as E\n"
+    return subprocess.run(
+        ["prlimit", f"--nofile={nofile}:{nofile}", sys.executable, "-c", prelude + code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_embedded_coordinator_checks_its_caps_against_the_descriptor_limit_like_serve():
+    """A driver process with 512 descriptors: caps that cannot fit are refused with the
+    figures; without caps, they are derived to fit, and the coordinator starts and serves."""
+    out = _embedded_under(512, "E(max_connections=20000)")
+    assert out.returncode == 1 and "BudgetError: --max-connections 20000 does not fit" in out.stderr, (
+        out.stderr
+    )
+    assert "RLIMIT_NOFILE 512" in out.stderr
+    out = _embedded_under(
+        512,
+        "from tfcoord.client import DriverClient\n"
+        "with E() as c:\n"
+        "    cfg = c.config.server\n"
+        "    assert cfg.max_connections + cfg.max_unauthenticated + 256 + 64 <= 512, cfg\n"
+        "    with DriverClient(c.address, c.secret) as d: d.jobs()\n"
+        "    print(cfg.max_connections, cfg.max_unauthenticated)\n",
+    )
+    assert out.returncode == 0, out.stderr
+    assert [int(x) for x in out.stdout.split()] == [144, 48]  # 512 - 64 - 256 = 192: a quarter to handshakes

@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from tfcoord.client import auth
 
-from .server import CoordinatorServer, ServerConfig
+from .server import (
+    DEFAULT_MAX_HTTP_CONNECTIONS,
+    DEFAULT_MAX_UNAUTHENTICATED,
+    RESERVED_FDS,
+    CoordinatorServer,
+    ServerConfig,
+    connection_budget,
+    fd_limit,
+)
 from .service import CoordinatorService, EngineFactory, HttpConfig, ServiceConfig
 
 if TYPE_CHECKING:
@@ -23,6 +31,31 @@ if TYPE_CHECKING:
 
 #: Starting the loop and binding a socket takes milliseconds; this only guards a hang.
 START_TIMEOUT_S = 30.0
+
+
+def _descriptor_budget(max_connections: int | None, max_unauthenticated: int | None) -> tuple[int, int]:
+    """(max_connections, max_unauthenticated) that fit this process's RLIMIT_NOFILE, as serve's.
+
+    The soft limit is lifted to the hard one first, as ``tfcoord serve`` does: every node is
+    a descriptor, and running out stops accept() for every node at once. A driver's
+    process may still have a small hard limit; where the caller set no handshake budget,
+    it shrinks to a quarter of the descriptors rather than refusing to start, and the
+    node budget takes what is left. Caps the caller set are checked, never shrunk.
+
+    Raises:
+        BudgetError: the caps do not fit the limit; the message names the figures and the fix.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    limit = fd_limit()
+    if max_unauthenticated is None:
+        spare = limit - RESERVED_FDS - DEFAULT_MAX_HTTP_CONNECTIONS
+        max_unauthenticated = min(DEFAULT_MAX_UNAUTHENTICATED, max(16, spare // 4))
+    budget = connection_budget(max_connections, max_unauthenticated, DEFAULT_MAX_HTTP_CONNECTIONS, limit)
+    return budget, max_unauthenticated
 
 
 class EmbeddedCoordinator:
@@ -35,7 +68,12 @@ class EmbeddedCoordinator:
         mesos_gpus: advertise GPU_RESOURCES from the start (a job that wants GPUs is coming).
         ephemeral_tls: serve TLS with a certificate made now, for this coordinator only (see
             ``coordinator.ephemeral``); its CA is :attr:`ca_pem`.
-        options: further :class:`ServerConfig` fields (limits, TLS).
+        options: further :class:`ServerConfig` fields (limits, TLS). ``max_connections``
+            and ``max_unauthenticated`` are checked against RLIMIT_NOFILE (see
+            :func:`_descriptor_budget`); without them, they are derived from it.
+
+    Raises:
+        BudgetError: the connection caps do not fit the descriptor limit.
     """
 
     def __init__(
@@ -63,6 +101,9 @@ class EmbeddedCoordinator:
 
             names = [advertise_host or "", host, "127.0.0.1", "::1", "localhost", socket.gethostname()]
             options["ssl_context"], self.ca_pem = make_tls(n for n in names if n not in ("", "0.0.0.0", "::"))
+        options["max_connections"], options["max_unauthenticated"] = _descriptor_budget(
+            options.get("max_connections"), options.get("max_unauthenticated")
+        )
         #: Sees and stops every job (drivers only their own); never given to executors.
         self.admin_secret = admin_secret or auth.new_secret()
         engines: tuple[EngineFactory, ...] = ()

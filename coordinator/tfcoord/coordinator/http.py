@@ -49,7 +49,7 @@ from . import state as s
 from .logsafe import protect
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import CoordinatorMetrics
-from .server import CoordinatorServer
+from .server import DEFAULT_MAX_HTTP_CONNECTIONS, CoordinatorServer
 
 log = protect(logging.getLogger("tfcoord.coordinator.http"))
 
@@ -74,9 +74,6 @@ MAX_REQUEST_BODY_BYTES = 64 * 1024
 #: sockets then held every descriptor the coordinator had). Dashboards poll every few
 #: seconds and so keep their connection; a probe reconnects in a millisecond.
 KEEPALIVE_TIMEOUT_S = 15.0
-#: HTTP connections served at once, apart from the node port's budget: a few dashboards,
-#: Prometheus and probes need tens. Beyond it a connection is answered 503 and closed.
-DEFAULT_MAX_HTTP_CONNECTIONS = 256
 
 _JOB_STATES = {st.value for st in s.JobState}
 

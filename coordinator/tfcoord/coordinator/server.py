@@ -76,6 +76,10 @@ DEFAULT_MAX_UNAUTHENTICATED = 4096
 #: (``serve --max-unauthenticated-per-source``) where clients come from many hosts, so
 #: that one host cannot take the whole budget.
 DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE = DEFAULT_MAX_UNAUTHENTICATED
+#: HTTP connections served at once, apart from the node port's budget: a few dashboards,
+#: Prometheus and probes need tens. Beyond it a connection is answered 503 and closed.
+#: Here, not in ``http``, so budgets can be checked without importing aiohttp.
+DEFAULT_MAX_HTTP_CONNECTIONS = 256
 #: Descriptors kept for everything but client connections: listeners, the journal and
 #: its WAL, logs, the Mesos framework's HTTP client, Python's own.
 RESERVED_FDS = 64
