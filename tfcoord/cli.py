@@ -37,6 +37,7 @@ import signal
 import socket
 import ssl
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -767,16 +768,36 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
         # The embedded coordinator's per-event log would drown the job's own output.
         logging.getLogger("tfcoord.coordinator").setLevel(max(logging.WARNING, logging.getLogger().level))
-        embedded = start_embedded()
-        cfg = ClientConfig(embedded.address, embedded.secret)
+        if args.plaintext:
+            log.warning(
+                "the embedded coordinator serves PLAINTEXT (--plaintext): its nodes' traffic is unencrypted"
+            )
+        embedded = start_embedded(ephemeral_tls=not args.plaintext)
+        cfg = ClientConfig(
+            embedded.address,
+            embedded.secret,
+            tls.client_context(ca_pem=embedded.ca_pem) if embedded.ca_pem else None,
+        )
+    node_env = None
+    ca_dir = tempfile.TemporaryDirectory(prefix="tfcoord-ca-") if embedded and embedded.ca_pem else None
     try:
+        if ca_dir is not None:
+            # The nodes (tfcoord node, TFCOORD_TLS_CA) pin the embedded coordinator's own CA:
+            # a public certificate, written where only they look, removed with the job.
+            ca_file = Path(ca_dir.name, "ca.pem")
+            ca_file.write_text(embedded.ca_pem)  # type: ignore[union-attr, arg-type]
+            node_env = dict(os.environ, **{TLS_CA_ENV: str(ca_file)})
+            node_env.pop(TLS_CERT_ENV, None)
+            node_env.pop(TLS_KEY_ENV, None)
         with _connect(cfg, args) as driver:
             # With --json stdout carries the final status alone; the nodes' output goes to stderr.
             out = sys.stderr.buffer if args.json else None
-            status = run_local(driver, spec, command, emit=_emit, out=out)
+            status = run_local(driver, spec, command, emit=_emit, out=out, env=node_env)
     finally:
         if embedded is not None:
             embedded.stop()
+        if ca_dir is not None:
+            ca_dir.cleanup()
     _print_final(args, status)
     return 0 if status.state == JobState.SUCCEEDED else EXIT_FAILED
 
@@ -1166,6 +1187,12 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     mesos.add_argument("--mesos-master", help="Mesos masters host:port[,host:port] (default: $MESOS_MASTER)")
     mesos.add_argument(
         "--advertise-host", help="address Mesos tasks dial back to (default: this host's name, resolved)"
+    )
+    sp.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="local engine, embedded coordinator: serve without TLS (logged as a warning); by default "
+        "it serves TLS with a certificate of its own that its nodes pin",
     )
     sp.add_argument("--chief", action="store_true", help="add a chief task")
     sp.add_argument("--evaluator", action="store_true", help="add an evaluator task")

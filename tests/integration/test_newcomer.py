@@ -5,6 +5,7 @@ traceback of tfcoord's, and an unreachable coordinator reported in well under 3 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -150,7 +151,6 @@ def test_serve_flags_from_the_environment_and_a_bad_one_named(tmp_path):
         "TFCOORD_PLAINTEXT": "1",
     }
     assert sorted(names) == sorted(values), "deploy/tfcoord.env changed: give this test a value for each"
-    import os
 
     served = Served(tmp_path, env=dict(os.environ, **values, TFCOORD_HTTP_PORT_FILE=str(tmp_path / "hp")))
     try:
@@ -249,3 +249,26 @@ def test_serve_without_tls_files_needs_plaintext_asked_for_by_name(tmp_path):
         "--plaintext contradicts --tls-cert",
     )
     assert not (tmp_path / "s").exists()  # refused before any file was made
+
+
+def test_submit_local_serves_tls_by_default_and_its_nodes_pin_the_embedded_ca():
+    """The embedded coordinator of ``submit --engine local`` serves TLS with a CA of its own;
+    its nodes (which would fail to register otherwise) trust exactly that CA."""
+    probe = (
+        "import os, ssl; ca = os.environ.get('TFCOORD_TLS_CA'); "
+        "print('pinned', len(ssl.create_default_context(cafile=ca).get_ca_certs()) if ca else 'none')"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TFCOORD_")}
+    ok = tfcoord(
+        "submit", "--json", "--engine", "local", "--workers", "2", "--", sys.executable, "-c", probe, env=env
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["state"] == "SUCCEEDED"
+    assert "[worker:0] pinned 1" in ok.stderr and "[worker:1] pinned 1" in ok.stderr, ok.stderr
+    assert "PLAINTEXT" not in ok.stderr
+    plain = tfcoord(
+        "submit", "--json", "--engine", "local", "--plaintext", "--", sys.executable, "-c", probe, env=env
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert "[worker:0] pinned none" in plain.stderr
+    assert "the embedded coordinator serves PLAINTEXT (--plaintext)" in plain.stderr
