@@ -225,7 +225,35 @@ class ServerObserver(Protocol):
 
 
 class _Peer(asyncio.Protocol):
-    """One client connection."""
+    """One client connection.
+
+    Slotted: 10,000 nodes hold 10,000 of these, and a per-instance dict would be a third
+    of the coordinator's memory per node.
+    """
+
+    __slots__ = (
+        "server",
+        "id",
+        "proto",
+        "transport",
+        "handshake",
+        "role",
+        "job",
+        "owner",
+        "pending",
+        "closing",
+        "peername",
+        "source",
+        "_unauth",
+        "_loop",
+        "_connected_at",
+        "idle_since",
+        "_frame_started",
+        "_watchdog",
+        "_watchdog_at",
+        "_stalled",
+        "_write_paused",
+    )
 
     def __init__(self, server: CoordinatorServer, conn_id: int) -> None:
         self.server = server
@@ -233,7 +261,9 @@ class _Peer(asyncio.Protocol):
         # A hello's worth until the peer has proved itself (see ``authenticated``).
         self.proto = Connection(min(PRE_AUTH_MAX_FRAME_BYTES, server.config.max_frame_bytes))
         self.transport: asyncio.Transport | None = None
-        self.handshake = Accepting(m.PROTOCOL_VERSION, m.CLIENT_ROLES, server._key_for)
+        #: Until the hello is answered; dropped then (a node keeps its connection for the
+        #: whole job, and the nonce and checker serve no purpose after the handshake).
+        self.handshake: Accepting | None = Accepting(m.PROTOCOL_VERSION, m.CLIENT_ROLES, server._key_for)
         self.role: str | None = None
         self.job: str | None = None
         #: A driver's owner digest: the jobs it submits are its own.
@@ -285,6 +315,7 @@ class _Peer(asyncio.Protocol):
             return
         self._count_unauth(+1)
         srv.peers[self.id] = self
+        assert self.handshake is not None
         self.write(self.handshake.challenge())
         self._connected_at = self.idle_since = now = self._loop.time()
         self.arm(now + srv.config.handshake_timeout_s)
@@ -295,8 +326,12 @@ class _Peer(asyncio.Protocol):
         now = self._loop.time()
         self.idle_since = now
         self.proto.receive_data(data)
-        if self._stalled is None:  # else its frames wait behind the stalled one
+        if self._stalled is None:
             self._process(now)
+        elif self.transport is not None and self.transport.is_reading():
+            # Its frames wait behind the stalled one; reading stops only now that more came
+            # (see ``CoordinatorServer.defer``), so at most this one read is buffered.
+            self.transport.pause_reading()
 
     def _process(self, now: float) -> None:
         """Dispatch the frames received, in order, until one must wait for a later turn."""
@@ -540,6 +575,8 @@ class CoordinatorServer:
         self._outbox: list[s.Send] = []
         #: A job's cluster spec packed once, shared by every node's ``cluster`` reply.
         self.cluster_frames = ClusterReplyFrames(config.max_frame_bytes)
+        #: The last job token computed (see ``_job_token``).
+        self._last_token: tuple[str, bytes, bytes] | None = None
         self._flush_scheduled = False
         # Group commit (see ``_flush``): journal records appended so far, and per job the
         # number of its latest one not yet committed.
@@ -722,6 +759,7 @@ class CoordinatorServer:
                 "a driver must send its owner key in hello; upgrade tfcoord on the driver",
             )
             return
+        assert peer.handshake is not None
         try:
             welcome = peer.handshake.accept(msg)
         except HandshakeRefused as e:
@@ -730,6 +768,7 @@ class CoordinatorServer:
             peer.fail(e.code, e.message)
             return
         assert isinstance(msg, m.Hello)
+        peer.handshake = None
         if not peer.authenticated(msg.role, msg.job):
             return
         if msg.role == "driver":
@@ -749,9 +788,7 @@ class CoordinatorServer:
                 raise HandshakeRefused(ErrorCode.AUTH_FAILED, "a node must name its job in hello")
             known = self.state.jobs.get(job)
             return KeyFor(
-                auth.job_token(self.config.secret, job, known.owner)
-                if known is not None
-                else auth.new_secret(),
+                self._job_token(job, known.owner) if known is not None else auth.new_secret(),
                 f"the job token of {job} (or there is no such job)",
                 ". Check the secret file (TFCOORD_SECRET_FILE), and that the token belongs to this job",
             )
@@ -770,6 +807,17 @@ class CoordinatorServer:
             self.config.secret, "the coordinator secret", ". Check the secret file (TFCOORD_SECRET_FILE)"
         )
 
+    def _job_token(self, job: str, owner: bytes) -> bytes:
+        """``auth.job_token`` for the job whose nodes are connecting: a burst's 10,000
+        handshakes name the same job, so the last token is kept (keyed by job and owner,
+        so a resubmitted job id of another driver gets its own)."""
+        cached = self._last_token
+        if cached is not None and cached[0] == job and cached[1] == owner:
+            return cached[2]
+        token = auth.job_token(self.config.secret, job, owner)
+        self._last_token = (job, owner, token)
+        return token
+
     # -- fairness: bulk work per loop turn ------------------------------------------------
 
     def bulk_allowed(self) -> bool:
@@ -787,9 +835,13 @@ class CoordinatorServer:
         return now < self._bulk_until
 
     def defer(self, peer: _Peer, front: bool = False) -> None:
-        """``peer`` holds a request the budget did not allow: stop reading it and queue it."""
-        if peer.transport is not None and peer.transport.is_reading():
-            peer.transport.pause_reading()
+        """``peer`` holds a request the budget did not allow: queue it.
+
+        Reading from it stops only if it sends more meanwhile (``data_received``): a node
+        sends one request and waits for the answer, so pausing at once would cost two
+        epoll changes per deferred request (a fifth of the coordinator's time in a
+        10,000-node burst) for nothing.
+        """
         if front:
             self._deferred.appendleft(peer)
         else:
