@@ -112,6 +112,33 @@ def test_a_consumer_that_stops_reading_times_out_naming_node_and_queue(server):
     assert time.monotonic() - t0 < 5
 
 
+def test_a_stalled_training_queue_is_reported_before_its_feeders_hear_of_it():
+    # The node stops its job (reason feed_timeout) through on_stall; the driver decides on
+    # that reason once the feeding Spark job fails, so the report must come first.
+    listener = socket.create_server(("127.0.0.1", 0))
+    feeder_raised = threading.Event()
+    reports: list[tuple[str, bool]] = []
+
+    def on_stall(message: str) -> None:
+        # Had the feeder heard of the stall already, it would raise (and set the event) meanwhile.
+        reports.append((message, feeder_raised.wait(0.5)))
+
+    srv = FeedServer(listener, TOKEN, JOB, "worker:0 (executor 0, host test)", on_stall=on_stall).start()
+    try:
+        target = FeedTarget("worker:0", f"127.0.0.1:{listener.getsockname()[1]}")
+        with pytest.raises(fw.FeedTimeout, match="took no records from queue 'input'"):
+            try:
+                list(feed(_plan(target, timeout=1.0), 0, range(200_000)))
+            finally:
+                feeder_raised.set()
+        assert len(reports) == 1
+        message, heard_first = reports[0]
+        assert "worker:0 (executor 0, host test) took no records from queue 'input'" in message
+        assert not heard_first, "the feeder heard of the stall before the node reported it"
+    finally:
+        srv.close()
+
+
 def test_a_failed_map_fun_fails_its_feeders_with_the_traceback(server):
     srv, target, _ = server
     errors: list[BaseException] = []

@@ -87,6 +87,7 @@ def test_without_grace_secs_a_late_error_is_not_waited_for(sc, tmp_path):
 
 
 def test_a_trainer_that_stops_reading_times_out_naming_node_and_queue(sc, tmp_path):
+    from tfcoord.client.vocab import FailureReason
     from tfcoord.node.feedwire import FeedTimeout
 
     cluster = tfs.run(sc, mapfuns.never_read, args_for(tmp_path), 1, 0, input_mode=SPARK)
@@ -95,6 +96,8 @@ def test_a_trainer_that_stops_reading_times_out_naming_node_and_queue(sc, tmp_pa
             FeedTimeout, match=r"worker:0 \(executor 0, host .*\) took no records from queue 'input'"
         ):
             cluster.train(sc.parallelize(range(200_000), 1), num_epochs=1, feed_timeout=1)
+        # The node said so as data: the driver decided on the job's reason, not Spark's text.
+        assert cluster.driver.status(cluster.job).reason == FailureReason.FEED_TIMEOUT
     finally:
         (tmp_path / "done").touch()
         cluster.shutdown()

@@ -622,8 +622,9 @@ class StopJob(Request):
     #: For people: why the job stops (shown as its ``stop_reason``).
     reason: str = _f(_text(MAX_TEXT_LEN))
     dry_run: bool = _f(_bool, default=False)
-    #: For programs: a stop requested by someone (``stopped``) or forced by the engine
-    #: running the nodes giving up (``engine_failed``); the job's ``reason`` once stopped.
+    #: For programs: a stop requested by someone (``stopped``), forced by the engine
+    #: running the nodes giving up (``engine_failed``) or by a fed node whose consumer
+    #: stalled (``feed_timeout``); the job's ``reason`` once stopped.
     cause: FailureReason = field(default=FailureReason.STOPPED, metadata={"check": _choice(STOP_CAUSES)})
 
     def __post_init__(self) -> None:

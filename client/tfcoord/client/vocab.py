@@ -177,7 +177,11 @@ class FailureReason(enum.StrEnum):
     ENGINE_FAILED = "engine_failed"
     #: A stop was requested (``tfcoord stop``, a streaming job's ``terminate()``, the driver).
     STOPPED = "stopped"
+    #: A fed node's consumer took nothing from its queue for ``feed_timeout`` seconds: the
+    #: node stops its job saying so before it answers its feeders, so the driver decides on
+    #: the job's status rather than on the text of the feeding task's failure.
+    FEED_TIMEOUT = "feed_timeout"
 
 
 #: The reasons a stop request may give (``messages.StopJob.cause``).
-STOP_CAUSES = (FailureReason.STOPPED, FailureReason.ENGINE_FAILED)
+STOP_CAUSES = (FailureReason.STOPPED, FailureReason.ENGINE_FAILED, FailureReason.FEED_TIMEOUT)

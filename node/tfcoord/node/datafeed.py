@@ -51,6 +51,9 @@ WAIT_SLICE_S = 1.0
 #: have no read timeout; TCP keepalive finds a feeder whose host died (idle, interval,
 #: probes: about 25 s) so its partition does not hold the queue open forever.
 KEEPALIVE_PROBE = (10, 5, 3)
+#: How long the watchdog waits for the coordinator to hear of a stalled queue before it
+#: answers the feeders anyway: a stop request takes milliseconds on a live coordinator.
+STALL_REPORT_S = 10.0
 
 
 @dataclass
@@ -82,9 +85,12 @@ class FeedServer:
         node: how errors name this node (``worker:0 (executor 1, host h)``).
         on_terminate: called once with a reason when ``DataFeed.terminate()`` runs, to ask
             the coordinator to stop the job.
-        on_stall: called once with the message when an inference queue's consumer stalled for
-            its ``feed_timeout``: the feeding Spark job fails (lazily, in the user's action),
-            so the job must end too, or its nodes would wait for data that never comes.
+        on_stall: called once with the message when a queue's consumer stalled for its
+            ``feed_timeout``, before the feeders hear of it: it stops the job with the reason
+            ``feed_timeout``, so the nodes do not wait for data that never comes (an
+            inference's feeding Spark job fails lazily, in the user's action) and the
+            driver's ``train()`` decides on that reason, not on Spark's failure text (a
+            training feeder that Spark retries is told "stop" and ends quietly).
     """
 
     def __init__(
@@ -401,13 +407,9 @@ class FeedServer:
                         q.drop(c.pid)
                         del self._conns[c.pid]
                         stalled.append((c, frame))
-            # Inference only: a training feeder retried by Spark would be told "stop" and end
-            # quietly, hiding the timeout; the driver's train() ends a training job itself.
-            if self._on_stall is not None and any(not c.train for c, _ in stalled):
+            if stalled and self._on_stall is not None:
                 on_stall, self._on_stall = self._on_stall, None
-                threading.Thread(
-                    target=on_stall, args=(message,), name="tfcoord-feed-stall", daemon=True
-                ).start()
+                self._report_stall(on_stall, message)
             for c, frame in stalled:
                 c.send(frame)
                 try:
@@ -420,6 +422,16 @@ class FeedServer:
                     conns = list(self._conns.values())
                 for c in conns:
                     c.send(keepalive)
+
+    @staticmethod
+    def _report_stall(on_stall: Callable[[str], None], message: str) -> None:
+        """Tell the coordinator of a stall before the feeders hear of it: their Spark job
+        fails only after this, so the driver finds the job's reason (``feed_timeout``) as
+        data when it looks. Bounded: an unreachable coordinator delays the feeders' answer
+        (and the keepalives of other queues) by at most :data:`STALL_REPORT_S`."""
+        reporter = threading.Thread(target=on_stall, args=(message,), name="tfcoord-feed-stall", daemon=True)
+        reporter.start()
+        reporter.join(STALL_REPORT_S)
 
 
 def _result_frames(results: list[Any]) -> list[bytes]:

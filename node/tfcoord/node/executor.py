@@ -32,6 +32,7 @@ from tfcoord.client import Client, NodeClient, TfcoordError
 from tfcoord.client import messages as m
 from tfcoord.client.client import ClusterInfo
 from tfcoord.client.replies import RESULT_META, TENSORBOARD_META
+from tfcoord.client.vocab import FailureReason
 
 from . import feedwire, pdeath
 from .context import TFNodeContext
@@ -129,16 +130,17 @@ def result_meta(value: Any) -> dict[str, str | int | float]:
 
 
 def _request_stop(spec: NodeSpec, reason: str, ssl_context: ssl.SSLContext | None = None,
-                  quiet: bool = False) -> None:  # fmt: skip
+                  quiet: bool = False, cause: FailureReason = FailureReason.STOPPED) -> None:  # fmt: skip
     """Ask the coordinator to stop this node's job (``DataFeed.terminate()``, a stalled feed).
 
     ``quiet``: from a background thread; a failure is only printed (the job may have ended).
+    ``cause``: the job's ``reason`` once stopped (``feed_timeout`` for a stalled feed).
     """
     try:
         with Client(
             spec.address, spec.token, role="node", job=spec.job, ssl_context=ssl_context
         ).connect() as c:
-            c.request(lambda i: m.StopJob(id=i, job=spec.job, reason=reason[: m.MAX_TEXT_LEN]))
+            c.request(lambda i: m.StopJob(id=i, job=spec.job, reason=reason[: m.MAX_TEXT_LEN], cause=cause))
     except Exception as e:
         if not quiet:
             raise
@@ -185,7 +187,9 @@ def _child(
             feed = FeedServer(
                 feed_sock, spec.token, spec.job, node,
                 on_terminate=lambda r: _request_stop(spec, r, ssl_context),
-                on_stall=lambda r: _request_stop(spec, r, ssl_context, quiet=True),
+                on_stall=lambda r: _request_stop(
+                    spec, r, ssl_context, quiet=True, cause=FailureReason.FEED_TIMEOUT
+                ),
             ).start()  # fmt: skip
             ctx._feed = feed
         # The port must be ours alone from here: wait until the parent closed its copy.

@@ -563,10 +563,13 @@ class SparkCluster:
             self._raise_feed_failure(e)
             return
         # Feeders of healthy nodes end quietly when told to stop, also when another node
-        # failed: the job's state says which it was.
+        # failed or stalled (a retried feeder of the stalled node is told "stop" too): the
+        # job's state and reason say which it was.
         st = self.driver.status(self.job)
         if st.state == JobState.FAILED:
             raise self._failure(st)
+        if st.reason == FailureReason.FEED_TIMEOUT:
+            raise self._feed_timeout(st)
 
     def inference(self, dataRDD: Any, feed_timeout: float = 600, qname: str = "input") -> Any:
         """An RDD of the nodes' results: exactly one per record of ``dataRDD``, in order within each partition.
@@ -585,29 +588,29 @@ class SparkCluster:
         summary = _spark_summary(e)
         st: JobStatus | None = None
         try:
-            st = self.driver.status(self.job)
-            if "FeedTimeout" not in summary:  # a node failure reaches the coordinator a moment later
-                st = watch_until(
-                    self.driver,
-                    self.job,
-                    lambda st: st.state not in FEEDING_STATES,
-                    timeout_s=FEED_FAILURE_SETTLE_S,
-                    since=st,
-                )
+            # A node that failed reports it a moment after its feeders hear of it; one whose
+            # consumer stalled stopped the job (reason feed_timeout) before answering them.
+            st = watch_until(
+                self.driver,
+                self.job,
+                lambda st: st.state not in FEEDING_STATES,
+                timeout_s=FEED_FAILURE_SETTLE_S,
+            )
         except TfcoordError:
             pass
         if st is not None and st.state == JobState.FAILED:
             raise self._failure(st) from e
-        if (
-            st is not None
-            and st.state in (JobState.STOPPING, JobState.STOPPED)
-            and "FeedTimeout" not in summary
-        ):
+        if st is not None and st.reason == FailureReason.FEED_TIMEOUT:
+            raise self._feed_timeout(st) from e
+        if st is not None and st.state in (JobState.STOPPING, JobState.STOPPED):
             cause = [ln for ln in summary.splitlines() if "Error" in ln or "Stopped" in ln] or [summary]
             log.info("job %s is %s: feeding ended (%s)", self.job, st.state, cause[-1].strip()[:300])
             return
-        cls = feedwire.FeedTimeout if "FeedTimeout" in summary else feedwire.FeedError
-        raise cls(f"feeding job {self.job} failed: {summary}") from e
+        raise feedwire.FeedError(f"feeding job {self.job} failed: {summary}") from e
+
+    def _feed_timeout(self, st: JobStatus) -> feedwire.FeedTimeout:
+        """The job was stopped by a node whose consumer stalled: its message names the node and queue."""
+        return feedwire.FeedTimeout(f"feeding job {self.job} failed: {st.stop_reason}")
 
     def _end_feed(self) -> None:
         """Tell every fed node the feed is over, so its ``should_stop()`` turns true."""
