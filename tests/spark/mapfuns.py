@@ -208,6 +208,19 @@ def infer_squares(args: Any, ctx: Any) -> None:
             feed.batch_results(tf.square(tf.constant(batch, dtype=tf.int64)).numpy().tolist())
 
 
+def tfos_square_numpy(args: Any, ctx: Any) -> None:
+    """TensorFlowOnSpark's test_inputmode_spark map function as it is written: numpy results."""
+    import tensorflow as tf
+    from tensorflowonspark import TFNode
+
+    tf_feed = TFNode.DataFeed(ctx.mgr, False)
+    while not tf_feed.should_stop():
+        batch = tf_feed.next_batch(batch_size=10)
+        if len(batch) > 0:
+            squares = tf.math.square(batch)
+            tf_feed.batch_results(squares.numpy())
+
+
 def train_counting(args: Any, ctx: Any) -> dict[str, Any]:
     """Fit y = 3x + 1 from the fed (x, y) records through tf.data; record how often each x came."""
     import tensorflow as tf

@@ -37,6 +37,23 @@ def test_inference_returns_the_sum_of_squares(sc, tmp_path):
     assert status["state"] == "SUCCEEDED"
 
 
+def test_tensorflowonspark_inputmode_spark_numpy_results_sum(sc, tmp_path):
+    # TensorFlowOnSpark's test_inputmode_spark: the node returns numpy arrays of squares,
+    # Spark adds them up. The feed carries numpy values back as numpy (int32 here).
+    from tensorflowonspark import TFCluster
+
+    rdd = sc.parallelize(list(range(1000)), 10)
+    cluster = TFCluster.run(sc, mapfuns.tfos_square_numpy, {}, 2, 0, input_mode=TFCluster.InputMode.SPARK)
+    try:
+        rdd_out = cluster.inference(rdd)
+        assert rdd_out.sum() == sum(x * x for x in range(1000))
+        assert rdd_out.map(lambda r: type(r).__module__ + "." + type(r).__name__).distinct().collect() == [
+            "numpy.int32"
+        ]
+    finally:
+        assert cluster.shutdown(grace_secs=60)["state"] == "SUCCEEDED"
+
+
 def test_training_over_two_epochs_consumes_every_record_twice(sc, tmp_path):
     cluster = tfs.run(sc, mapfuns.train_counting, args_for(tmp_path), 1, 0, input_mode=SPARK)
     rdd = sc.parallelize([(i / 1000, 3 * i / 1000 + 1) for i in range(1000)], 7)

@@ -17,7 +17,7 @@ from tfcoord.node.feedqueue import FeedQueue
 
 def _frames(data: bytes) -> list[m.Message]:
     """The feed messages in ``data``, through the shared framing."""
-    conn = Connection(fw.MAX_FRAME_BYTES, decode=fm.decode)
+    conn = fw.connection()
     conn.receive_data(data)
     conn.receive_data(b"")
     out = []
@@ -73,9 +73,38 @@ def test_batches_close_at_the_byte_target():
     assert sum(n for _, n in out) == 100 and len(out) == 10
 
 
-def test_numpy_arrays_and_scalars_become_plain_values():
-    (frame, n), *_ = fw.batches([(np.arange(3, dtype=np.int32), np.float32(1.5), np.bool_(True))])
-    assert n == 1 and _frames(frame)[0].records == [[[0, 1, 2], 1.5, True]]
+def test_numpy_arrays_and_scalars_arrive_as_numpy():
+    sent = (
+        np.arange(6, dtype=np.int32).reshape(2, 3),
+        np.float32(1.5),
+        np.bool_(True),
+        np.array(["ab", "c"]),
+    )
+    (frame, n), *_ = fw.batches([sent])
+    (got,) = _frames(frame)[0].records
+    assert n == 1 and [type(v) for v in got] == [type(v) for v in sent]
+    assert got[0].dtype == np.int32 and got[0].shape == (2, 3) and got[0].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert got[1] == np.float32(1.5) and got[3].tolist() == ["ab", "c"]
+    got[0][0, 0] = 7  # writable, as an unpickled array is
+
+
+def test_numpy_results_come_back_as_numpy_and_add_up():
+    results = list(np.square(np.arange(10, dtype=np.int32)))  # what tf_feed.batch_results(x.numpy()) sends
+    (msg,) = _frames(fw.frame(fm.Results(results=results)))
+    assert {type(r) for r in msg.results} == {np.int32} and sum(msg.results) == 285
+
+
+def test_object_arrays_travel_as_their_elements():
+    (frame, _), *_ = fw.batches([np.array([1, "x"], dtype=object)])
+    assert _frames(frame)[0].records == [[1, "x"]]
+
+
+def test_the_coordinator_protocol_still_refuses_extension_types():
+    body = msgpack.packb({"op": "credit", "n": np.int32(1)}, default=fw._default, use_bin_type=True)
+    conn = Connection(fw.MAX_FRAME_BYTES, decode=fm.decode)
+    conn.receive_data(len(body).to_bytes(4, "big") + body)
+    with pytest.raises(RemoteProtocolError, match="ext"):
+        conn.next_event()
 
 
 def test_an_unsupported_record_names_its_type():

@@ -50,9 +50,25 @@ NEED_DATA: Final = _Sentinel("NEED_DATA")
 CLOSED: Final = _Sentinel("CLOSED")
 
 
-def _unpackb(body: bytes | bytearray, max_frame_bytes: int) -> object:
+def _unpackb(
+    body: bytes | bytearray, max_frame_bytes: int, ext_hook: Callable[[int, bytes], Any] | None = None
+) -> object:
     # strict_map_key: only str/bytes keys, so a map cannot smuggle tuples or floats as
-    # keys; the max_*_len limits are msgpack's own guards for untrusted data.
+    # keys; the max_*_len limits are msgpack's own guards for untrusted data. Extension
+    # types only where the caller decodes them (the feed's numpy values, ndcodec).
+    if ext_hook is not None:
+        return msgpack.unpackb(
+            body,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_str_len=max_frame_bytes,
+            max_bin_len=max_frame_bytes,
+            max_array_len=messages.MAX_NODES_PER_JOB * 2,
+            max_map_len=messages.MAX_NODES_PER_JOB,
+            max_ext_len=max_frame_bytes,
+            ext_hook=ext_hook,
+        )
     return msgpack.unpackb(
         body,
         raw=False,
@@ -99,9 +115,16 @@ def decode_spec(blob: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> dict[s
     return spec
 
 
-def encode_frame(payload: dict[str, Any], max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
-    """Frame an already-built map (used to encode a cluster spec once per job)."""
-    body: bytes = msgpack.packb(payload, use_bin_type=True)
+def encode_frame(
+    payload: dict[str, Any],
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    default: Callable[[Any], Any] | None = None,
+) -> bytes:
+    """Frame an already-built map (used to encode a cluster spec once per job).
+
+    ``default`` is msgpack's hook for values it does not know (the feed's numpy values).
+    """
+    body: bytes = msgpack.packb(payload, use_bin_type=True, default=default)
     if len(body) > max_frame_bytes:
         raise LocalProtocolError(f"frame of {len(body)} bytes exceeds the {max_frame_bytes}-byte limit")
     return _HEADER.pack(len(body)) + body
@@ -192,15 +215,22 @@ class Connection:
         decode: turns a received map into a message: the coordinator protocol's table by
             default; the data feed passes its own (``feedmessages.decode``), so both wires
             share this framing.
+        default, ext_hook: msgpack's hooks for values it does not know, both ways; the
+            feed passes :mod:`.ndcodec`'s so numpy values cross. Without them extension
+            types are refused (the coordinator protocol carries none).
     """
 
     def __init__(
         self,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         decode: Callable[[Any], messages.Message] = messages.decode,
+        default: Callable[[Any], Any] | None = None,
+        ext_hook: Callable[[int, bytes], Any] | None = None,
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._decode = decode
+        self._default = default
+        self._ext_hook = ext_hook
         self._buf = bytearray()
         self._peer_closed = False
         self._broken = False
@@ -254,7 +284,7 @@ class Connection:
         body = buf[4 : 4 + size]  # one copy; msgpack reads a bytearray as it is
         del buf[: 4 + size]
         try:
-            obj = _unpackb(body, self.max_frame_bytes)
+            obj = _unpackb(body, self.max_frame_bytes, self._ext_hook)
         except Exception as e:
             self._broken = True
             raise RemoteProtocolError(f"undecodable frame: {e}") from None
@@ -270,4 +300,4 @@ class Connection:
         Raises:
             LocalProtocolError: the encoded message exceeds the frame limit.
         """
-        return encode_frame(msg.to_wire(), self.max_frame_bytes)
+        return encode_frame(msg.to_wire(), self.max_frame_bytes, self._default)

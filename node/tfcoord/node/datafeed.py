@@ -448,7 +448,7 @@ def _result_frames(results: list[Any]) -> list[bytes]:
     except (TypeError, ValueError) as e:
         raise fw.UnsupportedRecord(
             f"inference results cannot be sent back: {e}; return None, bools, numbers, str, bytes, "
-            "lists or dicts (numpy: .tolist())"
+            "numpy arrays or scalars, lists or dicts"
         ) from None
 
 

@@ -25,10 +25,12 @@ says the consumer reached the partition's end; ``stop`` that the node takes no m
 (the job is stopping, or ``DataFeed.terminate()``); ``keepalive`` keeps a feeder queued
 behind another partition from timing out while the node makes progress.
 
-Records travel as msgpack: None, bools, numbers, strings, bytes, lists/tuples and maps
-of those, with numpy arrays and scalars converted to lists and Python numbers. Anything
-else is refused with an error that names its type, rather than pickled: the feed port
-is reachable by anyone on the network, and unpickling is code execution.
+Records and results travel as msgpack: None, bools, numbers, strings, bytes, lists/tuples
+and maps of those, and numpy arrays and scalars as extension types that decode back to
+numpy (:mod:`tfcoord.client.ndcodec`: dtype, shape and raw bytes), so a node's numpy
+results reach Spark as numpy values, as TensorFlowOnSpark's do. Anything else is refused
+with an error that names its type, rather than pickled: the feed port is reachable by
+anyone on the network, and unpickling is code execution.
 
 This module holds the pure parts (batching, assignment, the feeder's credit state) and
 the blocking message I/O both ends share (:class:`FeedStream`).
@@ -47,6 +49,7 @@ import msgpack
 
 from tfcoord.client import feedmessages as fm
 from tfcoord.client import messages as m
+from tfcoord.client import ndcodec
 from tfcoord.client.errors import RemoteProtocolError, TfcoordError
 from tfcoord.client.feedmessages import FEED_VERSION
 from tfcoord.client.protocol import CLOSED, DEFAULT_MAX_FRAME_BYTES, NEED_DATA, Connection
@@ -143,10 +146,10 @@ def check_slots(slots: int, node_tasks: int, fed_nodes: int) -> None:
 
 
 def _default(obj: Any) -> Any:
-    """msgpack's hook for types it does not know: numpy in, plain Python out, else refuse."""
+    """msgpack's hook for types it does not know: numpy as ndcodec's extensions, else refuse."""
+    if ndcodec.is_numpy(obj) and hasattr(obj, "dtype"):
+        return ndcodec.encode(obj)
     module = type(obj).__module__
-    if (module == "numpy" or module.startswith("numpy.")) and hasattr(obj, "tolist"):
-        return obj.tolist()  # ndarray → nested lists; numpy scalars → int/float/bool
     raise UnsupportedRecord(
         f"cannot feed a value of type {module}.{type(obj).__qualname__}: records must hold None, "
         "bools, numbers, str, bytes, lists/tuples, dicts or numpy arrays (convert it in a map() first)"
@@ -230,7 +233,7 @@ class FeedStream:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self._conn = Connection(MAX_FRAME_BYTES, decode=fm.decode)
+        self._conn = connection()
         self._lock = threading.Lock()  # a node's consumer and its watchdog both write
 
     def send(self, msg: m.Message) -> None:
@@ -256,7 +259,16 @@ def frame(msg: m.Message) -> bytes:
     Raises:
         LocalProtocolError: it exceeds the frame limit.
     """
-    return Connection(MAX_FRAME_BYTES, decode=fm.decode).send(msg)
+    return _FRAMER.send(msg)
+
+
+def connection() -> Connection:
+    """The feed's framing: its messages, and numpy values both ways."""
+    return Connection(MAX_FRAME_BYTES, decode=fm.decode, default=_default, ext_hook=ndcodec.decode)
+
+
+#: Sending is stateless: one Connection frames every message sent with :func:`frame`.
+_FRAMER = connection()
 
 
 def connect(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> socket.socket:
