@@ -49,10 +49,12 @@ _FORMATS = {
     ("f", 8): "d",
 }
 
+#: numpy, or None: typed Any so the checker sees both branches of ``_np is not None``.
+_np: Any
 try:
     import numpy as _np
 except ImportError:  # a feeder without numpy: decode to plain Python (see _plain)
-    _np = None  # type: ignore[assignment]
+    _np = None
 
 
 def is_numpy(obj: Any) -> bool:
@@ -135,12 +137,14 @@ def _plain(kind: str, itemsize: int, order: str, dstr: str, raw: bytes, shape: l
     fmt = _FORMATS.get((kind, itemsize))
     if fmt is None or (itemsize > 1 and order != native):
         raise ValueError(f"a numpy value of dtype {dstr!r} arrived; install numpy to receive it")
-    view = memoryview(raw).cast(fmt)
+    # Any: typeshed types memoryview.cast by literal formats, and fmt is one of _FORMATS'.
+    raw_view: Any = memoryview(raw)
+    view = raw_view.cast(fmt)
     if shape is None or not shape:
         return view[0]
     if 0 in shape:
         return _empty(shape)
-    return memoryview(raw).cast(fmt, shape).tolist()
+    return raw_view.cast(fmt, shape).tolist()
 
 
 def _empty(shape: list[int]) -> Any:
