@@ -43,7 +43,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from tfcoord.client import __version__, auth
 from tfcoord.client import messages as m
-from tfcoord.client.vocab import ErrorCode
+from tfcoord.client.vocab import ErrorCode, JobState
 
 from . import state as s
 from .logsafe import protect
@@ -75,7 +75,7 @@ MAX_REQUEST_BODY_BYTES = 64 * 1024
 #: seconds and so keep their connection; a probe reconnects in a millisecond.
 KEEPALIVE_TIMEOUT_S = 15.0
 
-_JOB_STATES = {st.value for st in s.JobState}
+_JOB_STATES = {st.value for st in JobState}
 
 SERVER_KEY = web.AppKey("server", CoordinatorServer)
 METRICS_KEY = web.AppKey("metrics", CoordinatorMetrics)
@@ -303,7 +303,7 @@ class _Api:
                     400,
                     ErrorCode.BAD_REQUEST,
                     f"unknown job state(s) {', '.join(bad) or '(empty)'}; "
-                    f"expected one or more of {', '.join(st.value for st in s.JobState)}",
+                    f"expected one or more of {', '.join(st.value for st in JobState)}",
                 )
         jobs = self.server.state.summary()
         if wanted is not None:

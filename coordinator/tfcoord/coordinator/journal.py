@@ -91,7 +91,8 @@ class MemoryJournal:
 def event_job(ev: s.Event) -> str:
     """The job a journaled event belongs to."""
     req = getattr(ev, "req", None)
-    return req.job if req is not None else ev.job  # type: ignore[attr-defined]
+    job: str = req.job if req is not None else ev.job  # type: ignore[attr-defined]
+    return job
 
 
 def encode_event(ev: s.Event) -> tuple[str, bytes]:
@@ -248,7 +249,8 @@ class SqliteJournal:
 
     def _empty(self) -> bool:
         """No tables at all: an empty file, or a database whose creation never committed."""
-        return self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+        tables: int = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        return tables == 0
 
     def _check_format(self) -> None:
         try:

@@ -70,18 +70,18 @@ class _StateCollector(Collector):
         jobs = {st: 0 for st in JOB_STATES}
         nodes = {st: 0 for st in NODE_STATES}
         for job in srv.state.jobs.values():
-            jobs[job.state.value] += 1
-            for st, n in job.in_state.items():  # kept by the state machine: no walk over the nodes
-                nodes[st.value] += n
+            jobs[job.state] += 1
+            for ns, n in job.in_state.items():  # kept by the state machine: no walk over the nodes
+                nodes[ns] += n
         g = GaugeMetricFamily("tfcoord_jobs", "Jobs held by the coordinator, by state.", labels=["state"])
-        for st, n in jobs.items():
-            g.add_metric([st], n)
+        for js, n in jobs.items():
+            g.add_metric([js], n)
         yield g
         g = GaugeMetricFamily(
             "tfcoord_nodes", "Nodes currently holding a slot of some job, by state.", labels=["state"]
         )
-        for st, n in nodes.items():
-            g.add_metric([st], n)
+        for ns, n in nodes.items():
+            g.add_metric([ns], n)
         yield g
         yield GaugeMetricFamily(
             "tfcoord_connections", "Open client connections (TCP protocol).", value=len(srv.peers)
@@ -187,7 +187,7 @@ class CoordinatorMetrics:
             if eff.state == NodeState.REGISTERED:
                 self.registrations.inc()
             elif eff.state in _NODE_FAILURE:
-                self.failures.labels(_NODE_FAILURE[eff.state]).inc()
+                self.failures.labels(_NODE_FAILURE[NodeState(eff.state)]).inc()
             return
         if eff.state == JobState.FAILED and eff.reason == FailureReason.RESERVATION_TIMEOUT:
             self.failures.labels(FailureReason.RESERVATION_TIMEOUT).inc()

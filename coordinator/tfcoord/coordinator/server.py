@@ -35,7 +35,7 @@ from tfcoord.client import auth
 from tfcoord.client import messages as m
 from tfcoord.client.errors import LocalProtocolError, ProtocolError
 from tfcoord.client.handshake import Accepting, HandshakeRefused, KeyFor
-from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, ClusterReplyFrames, Connection
+from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, ClusterReplyFrames, Connection
 from tfcoord.client.vocab import ErrorCode
 
 from . import state as s
@@ -341,9 +341,10 @@ class _Peer(asyncio.Protocol):
             while not self.closing:
                 msg = self._stalled
                 if msg is None:
-                    msg = self.proto.next_event()  # type: ignore[assignment]
-                    if msg is NEED_DATA:
-                        break
+                    event = self.proto.next_event()
+                    if not isinstance(event, m.Message):  # NEED_DATA (never CLOSED: asyncio
+                        break  # passes no empty data, the end of input is eof_received)
+                    msg = event
                     framed = True
                 # Bulk work (handshakes, registrations, waits) gets a budget per loop turn;
                 # liveness (heartbeats, reports) never waits for it.
@@ -353,7 +354,7 @@ class _Peer(asyncio.Protocol):
                     self._stalled = msg
                     return
                 self._stalled = None
-                srv.dispatch(self, msg)  # type: ignore[arg-type]
+                srv.dispatch(self, msg)
         except ProtocolError as e:
             self.server.rejected_frames += 1
             # Answer the valid requests this read carried before the bad frame first: their
@@ -388,6 +389,13 @@ class _Peer(asyncio.Protocol):
         if self.closing or self._stalled is None:
             return
         self._process(self._loop.time())
+        self._resume_reading_unless_held()
+
+    def _resume_reading_unless_held(self) -> None:
+        """Read again once no frame waits for a turn and the peer reads its replies.
+
+        A method of its own: mypy would keep ``resume_stalled``'s test of ``_stalled`` (made
+        before ``_process`` changed it) and call the test below always false."""
         if (
             self._stalled is None
             and not self.closing
@@ -660,12 +668,14 @@ class CoordinatorServer:
         if not isinstance(loop.get_exception_handler(), _AcceptErrorLog):
             self._accept_errors = _AcceptErrorLog(loop)
             loop.set_exception_handler(self._accept_errors)
-        tls = {"ssl": self.config.ssl_context, "ssl_handshake_timeout": self.config.handshake_timeout_s}
+        tls = self.config.ssl_context
         self._server = await loop.create_server(
             self._new_peer,
             self.config.host,
             self.config.port,
-            **(tls if self.config.ssl_context is not None else {}),
+            ssl=tls,
+            # asyncio refuses a handshake timeout without TLS; None is its default.
+            ssl_handshake_timeout=self.config.handshake_timeout_s if tls is not None else None,
             reuse_address=True,
             backlog=4096,
         )

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .journal import Journal, MemoryJournal, SqliteJournal
-from .server import CoordinatorServer, ServerConfig
+from .server import DEFAULT_MAX_HTTP_CONNECTIONS, CoordinatorServer, ServerConfig
 
 log = logging.getLogger("tfcoord.coordinator")
 
@@ -180,7 +180,8 @@ class CoordinatorService:
         """
         import hmac
 
-        from .http import start_http  # aiohttp's web stack only when asked for
+        # aiohttp's web stack only when asked for
+        from .http import KEEPALIVE_TIMEOUT_S, start_http
 
         assert self.server is not None, "start() the service first"
         if self._http is not None:
@@ -196,16 +197,19 @@ class CoordinatorService:
                 )
             return self.http_port
         try:
-            limits = {
-                k: v
-                for k, v in (
-                    ("max_connections", http.max_connections),
-                    ("keepalive_timeout_s", http.keepalive_timeout_s),
-                )
-                if v is not None
-            }
+            # Unset limits keep start_http's defaults.
             self._http_runner, self.http_port = await start_http(
-                self.server, http.host, http.port, http.token, self.config.server.ssl_context, **limits
+                self.server,
+                http.host,
+                http.port,
+                http.token,
+                self.config.server.ssl_context,
+                max_connections=(
+                    DEFAULT_MAX_HTTP_CONNECTIONS if http.max_connections is None else http.max_connections
+                ),
+                keepalive_timeout_s=(
+                    KEEPALIVE_TIMEOUT_S if http.keepalive_timeout_s is None else http.keepalive_timeout_s
+                ),
             )
         except OSError as e:
             raise HttpStartError(e.errno, f"cannot serve HTTP on {http.host}:{http.port}: {e}") from None
