@@ -708,6 +708,9 @@ class FakeMaster:
         app.router.add_get("/version", self._handle_version)
         app.router.add_get("/master/state", self._handle_state)
         app.router.add_get("/master/state.json", self._handle_state)
+        for path in ("/tasks", "/tasks/", "/master/tasks", "/master/tasks/"):
+            app.router.add_route("GET", path, self._handle_tasks)
+            app.router.add_route("POST", path, self._handle_tasks)
         app.router.add_get("/health", self._handle_health)
         app.router.add_get("/master/health", self._handle_health)
         # handler_cancellation: a subscriber that hangs up cancels its stream handler at once,
@@ -1001,11 +1004,37 @@ class FakeMaster:
             }
         )
 
+    async def _handle_tasks(self, request: web.Request) -> web.Response:
+        """``/tasks?framework_id=F&task_id=T``: the tasks the master knows, as Mesos lists them."""
+        if self._leader is not None:
+            return self._redirect(request)
+        if not self._authenticated(request):
+            return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="mesos"'})
+        fid, tid = request.query.get("framework_id"), request.query.get("task_id")
+        tasks = [
+            {
+                "id": t.task_id,
+                "name": t.task_info.get("name"),
+                "framework_id": fw.id,
+                "executor_id": "",
+                "slave_id": t.agent_id,
+                "state": t.state,
+                "resources": _state_resources(t.resources),
+                "statuses": [{k: v for k, v in st.items() if k != "uuid"} for st in t.statuses],
+                "container": t.container or {},
+            }
+            for fw in self.frameworks.values()
+            if not fid or fw.id == fid
+            for t in fw.tasks.values()
+            if (not tid or t.task_id == tid) and not t.completed
+        ]
+        return web.json_response({"tasks": tasks})
+
     def _redirect(self, request: web.Request) -> web.Response:
         # A real master answers with a scheme-relative URL to the same path on the leader.
         return web.Response(
             status=307,
-            headers={"Location": f"//{self._leader}{request.path}"},
+            headers={"Location": f"//{self._leader}{request.path_qs}"},
         )
 
     def _authenticated(self, request: web.Request) -> bool:

@@ -311,12 +311,12 @@ def test_cluster_called_as_tfmesos2_is_and_its_members(
     with cluster(jobs, "127.0.0.1", None, python=sys.executable, command=SLEEP) as c:  # client_ip, port
         assert c.client_ip == "127.0.0.1" and c.coordinator == f"127.0.0.1:{c.port}"
         tasks = c.tasks
-        assert set(tasks) == set(master.master.tasks) and c.get_tasks == tasks
+        assert set(tasks) == set(master.master.tasks) == set(c.get_tasks)
         ps = next(t for t in tasks.values() if t.job_name == "ps")
         assert (ps.task_index, ps.addr, ps.state, ps.initialized, ps.cpus, ps.mem) == (
             0,
             "127.0.0.1",
-            "RUNNING",
+            "TASK_RUNNING",
             True,
             0.5,
             256.0,
@@ -804,7 +804,7 @@ def test_submit_engine_mesos_exits_non_zero_naming_the_failed_task(master: Threa
         (["--", "true"], "needs the cluster's roles"),
         (["--job", "worker:x"], "is not ROLE:COUNT"),
         (["--job", "worker:1:gpus=0.5"], "must be a whole number"),
-        (["--job", "boss:1"], "unknown role"),
+        (["--job", "bad-name:1"], "is not a TensorFlow job name"),
     ],
 )
 def test_submit_engine_mesos_usage_errors(master: ThreadedFakeMaster, args: list[str], why: str) -> None:

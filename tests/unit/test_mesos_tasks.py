@@ -46,7 +46,7 @@ def test_role_specs_parse(text: str, expected: RoleResources) -> None:
     [
         ("worker", "is not ROLE:COUNT"),
         ("worker:two", "is not ROLE:COUNT"),
-        ("boss:1", "unknown role 'boss'"),
+        ("bad-name:1", "'bad-name' is not a TensorFlow job name"),
         ("worker:0", "must be a whole number >= 1"),
         ("chief:2", "at most one chief"),
         ("worker:1:cpus=x", "cpus='x' is not a number"),

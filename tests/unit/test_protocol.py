@@ -510,10 +510,10 @@ BAD_FIELDS: list[tuple[m.Message, str, Any, str]] = [
     (HELLO, "proof", "p" * 32, "hello.proof must be 32 bytes"),
     (HELLO, "version", 2**16 + 1, "hello.version is 65537"),
     (ERROR, "code", "", "error.code must not be empty"),
-    (CLUSTER_REPLY, "role", "boss", "cluster.role is 'boss'"),
+    (CLUSTER_REPLY, "role", "no-such", "cluster.role 'no-such' is not a TensorFlow job name"),
     (CLUSTER_REPLY, "spec", "not bytes", "cluster.spec must be bytes"),
     (REPLY, "result", [1], "reply.result must be a map, not list"),
-    (SUBMIT, "spec", {"roles": [["boss", 1]]}, "unknown role 'boss'"),
+    (SUBMIT, "spec", {"roles": [["9lives", 1]]}, "role '9lives' is not a TensorFlow job name"),
     (
         SUBMIT,
         "spec",
@@ -631,7 +631,14 @@ def test_slots_follow_tensorflowonspark_order() -> None:
     [
         ({"roles": ()}, "roles must name at least one role"),
         ({"roles": [("worker", 1)]}, "roles must name at least one role"),
-        ({"roles": (("boss", 1),)}, "unknown role 'boss'; roles are ps, chief, master, evaluator, worker"),
+        (
+            {"roles": (("job/x", 1),)},
+            "'job/x' is not a TensorFlow job name (a letter, then letters, digits or '_',",
+        ),
+        (
+            {"roles": (("reader", 1), ("worker", 1))},
+            "roles must be listed in the order ps, chief, master, evaluator, worker, then custom",
+        ),
         ({"roles": (("worker", 1), ("worker", 2))}, "role 'worker' is listed twice"),
         ({"roles": (("chief", 2),)}, "at most one chief, not 2"),
         ({"roles": (("evaluator", 2), ("worker", 1))}, "at most one evaluator"),

@@ -35,11 +35,14 @@ the ``TFCOORD_MESOS_*`` task settings, which the arguments override).
 from __future__ import annotations
 
 import logging
+import math
 import os
+import queue
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlencode
 
 from tfcoord.client import DriverClient
 from tfcoord.client.client import check_outcome
@@ -51,61 +54,146 @@ from tfcoord.coordinator.mesos.config import FORCE_PULL_ENV, FetchUri, MesosConf
 from tfcoord.coordinator.mesos.errors import MesosConfigError
 from tfcoord.coordinator.mesos.jobs import MesosJob, RoleResources
 
-__all__ = ["Cluster", "Job", "Task", "cluster"]
+__all__ = ["Cluster", "Job", "Task", "cluster", "plan"]
 
 
 class Job:
-    """One role of the cluster, as tfmesos2 declares it.
+    """One entry of tfmesos2's job list: ``num`` and ``start`` give the task indexes.
+
+    As in tfmesos2, the entry makes tasks ``start`` .. ``num - 1`` (``num - start`` of them),
+    each index raised by the number of ``worker`` tasks listed before it (so a second
+    ``Job("worker", ...)`` continues the first one's numbering); ``name`` is any TensorFlow job
+    name; ``gpus`` may be a fraction, and each task gets it rounded up to whole GPUs.
 
     Args:
-        name: the role (``ps``, ``chief``, ``master``, ``evaluator`` or ``worker``).
-        num: how many tasks.
+        name: the TensorFlow job name (``ps``, ``worker`` or any other).
+        num: one past the last task index of this entry (before the worker offset).
         cpus: CPUs each task needs.
         mem: memory each task needs, in MB.
-        gpus: whole GPUs each task needs.
-        start: tfmesos2's first task index; tfcoord numbers every role from 0, so only 0.
-
-    Raises:
-        MesosConfigError: an unknown role or a resource out of range.
+        gpus: GPUs each task needs (rounded up).
+        start: the first task index of this entry (before the worker offset).
     """
 
     def __init__(
-        self, name: str, num: int, cpus: float = 1.0, mem: float = 1024.0, gpus: int = 0, start: int = 0
+        self, name: str, num: int, cpus: float = 1.0, mem: float = 1024.0, gpus: float = 0, start: int = 0
     ) -> None:
-        if start != 0:
-            raise MesosConfigError(
-                f"Job(start={start}): tfcoord numbers each role's tasks from 0; use start=0"
-            )
         self.name, self.num, self.cpus, self.mem, self.gpus, self.start = name, num, cpus, mem, gpus, start
-        self.resources = RoleResources(name, num, float(cpus), float(mem), int(gpus))
 
 
 #: tfmesos2's defaults where code written for it relies on them.
 TFMESOS2_ROLE = "tensorflow"
 TFMESOS2_MASTER = "localhost:5050"
+TFMESOS2_IMAGE = "avhost/tensorflow-mesos:latest"
 TFMESOS2_LOG_FORMAT = "%(asctime)s %(levelname)s: %(message)s"
+#: tfmesos2 offsets every later entry's indexes by the tasks of the entries of this name.
+OFFSET_JOB = "worker"
+#: get_task_info's request to the master, as tfmesos2 bounds it.
+TASK_INFO_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
-class Task:
-    """One TensorFlow task as tfmesos2's ``Task`` shows it (``c.tasks[mesos_task_id]``)."""
+class Planned:
+    """One task as tfmesos2 numbers it, and the slot (role, position) tfcoord runs it in."""
 
-    mesos_task_id: str
     job_name: str
+    #: tfmesos2's index: ``targets`` and ``Task.task_index`` use it.
     task_index: int
-    #: The agent's address and the task's TensorFlow port (a string, as tfmesos2 has it).
-    addr: str | None
-    port: str | None
-    #: The node's state (RUNNING once its server listens), or the last Mesos task state.
-    state: str
-    initialized: bool
     cpus: float
     mem: float
-    gpus: int
+    #: As asked for (a fraction stays one); the task is given ``math.ceil`` of it.
+    gpus: float
+    #: Position in its job name's list of ``cluster_def``: the task's TensorFlow index.
+    position: int = 0
+
+
+def plan(jobs: Sequence[Job]) -> list[Planned]:
+    """tfmesos2's tasks in its order, each with its place in the cluster spec.
+
+    Raises:
+        MesosConfigError: an entry that is not a job name with whole numbers, or no task at all.
+    """
+    out: list[Planned] = []
+    offset = 0
+    for j in jobs:
+        for field in ("num", "start"):
+            v = getattr(j, field)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise MesosConfigError(f"Job({j.name!r}): {field} must be a whole number >= 0, not {v!r}")
+        g = j.gpus
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+            raise MesosConfigError(f"Job({j.name!r}): gpus must be a number >= 0, not {g!r}")
+        out += [Planned(j.name, i + offset, j.cpus, j.mem, g) for i in range(j.start, j.num)]
+        if j.name == OFFSET_JOB:
+            offset += j.num
+    if not out:
+        raise MesosConfigError("the job list makes no task: give a Job with num > start")
+    # The cluster spec lists each name's tasks by tfmesos2's index (ties in list order).
+    order = sorted(range(len(out)), key=lambda i: out[i].task_index)
+    seen: dict[str, int] = {}
+    for i in order:
+        p = out[i]
+        out[i] = replace(p, position=seen.get(p.job_name, 0))
+        seen[p.job_name] = seen.get(p.job_name, 0) + 1
+    return out
+
+
+def runs(planned: Sequence[Planned]) -> list[RoleResources]:
+    """The role runs of the Mesos job: each name's slots in position order, equal needs merged."""
+    out: list[RoleResources] = []
+    by_slot = sorted(planned, key=lambda p: p.position)
+    names = list(dict.fromkeys(p.job_name for p in planned))
+    for name in names:
+        for p in (p for p in by_slot if p.job_name == name):
+            need = (float(p.cpus), float(p.mem), math.ceil(p.gpus))
+            last = out[-1] if out else None
+            if last is not None and last.role == name and (last.cpus, last.mem, last.gpus) == need:
+                out[-1] = replace(last, count=last.count + 1)
+            else:
+                out.append(RoleResources(name, 1, *need))
+    return out
+
+
+class Task:
+    """One TensorFlow task as tfmesos2's ``Task`` shows it (``c.tasks[mesos_task_id]``).
+
+    ``state`` is the task's Mesos state (``TASK_RUNNING``...), ``addr`` and ``port`` where
+    its TensorFlow server listens (``port`` a string, as tfmesos2 has it), ``initialized``
+    whether it serves. ``node_state`` is tfcoord's view of the node.
+    """
+
+    def __init__(
+        self,
+        mesos_task_id: str,
+        p: Planned,
+        addr: str | None,
+        port: str | None,
+        state: str,
+        node_state: str,
+        initialized: bool,
+        gpu_vendor: str,
+        volumes: dict[str, str],
+        env: dict[str, str],
+        fetcher: dict[str, Any],
+    ) -> None:
+        self.mesos_task_id = mesos_task_id
+        self.job_name, self.task_index = p.job_name, p.task_index
+        self.cpus, self.mem, self.gpus = p.cpus, p.mem, p.gpus
+        self.addr, self.port, self.state, self.node_state = addr, port, state, node_state
+        self.initialized = initialized
+        self.offered = bool(mesos_task_id)
+        self.connection = None
+        self.gpu_vendor, self.volumes, self.env, self.fetcher = gpu_vendor, volumes, env, fetcher
+
+    def __repr__(self) -> str:
+        return f"Task({self.mesos_task_id!r}, /job:{self.job_name}/task:{self.task_index}, {self.state})"
 
 
 class Cluster:
-    """What ``with cluster(...) as c`` yields: the running cluster's addresses."""
+    """What ``with cluster(...) as c`` yields: tfmesos2's ``TensorflowMesos``, live.
+
+    ``tasks``, ``targets``, ``cluster_def`` and ``task_queue`` are read from the coordinator
+    and its Mesos framework each time, so they show the cluster as it is now.
+    """
 
     def __init__(
         self,
@@ -113,54 +201,117 @@ class Cluster:
         status: JobStatus,
         coordinator: EmbeddedCoordinator,
         driver: DriverClient,
-        mjob: MesosJob,
+        planned: list[Planned],
+        config: MesosConfig,
         client_ip: str,
         port: int,
+        extras: dict[str, Any],
     ) -> None:
         self.job = job
-        #: Role → ["host:port", ...] ordered by task index.
-        self.cluster_def: dict[str, list[str]] = dict(status.cluster or {})
         #: ``host:port`` of the coordinator (``tfcoord status`` shows the job there).
         self.coordinator = coordinator.address
         #: tfmesos2's names: the address tasks dial back to, and the port they dial.
         self.client_ip = client_ip
         self.port = port
+        self.framework_name = config.name
+        self.framework_role = config.role
+        self.master = ",".join(config.masters)
+        self.verify_ssl = config.verify_ssl
+        self.readiness_timeout = extras.pop("readiness_timeout")
+        self.containerizer_type = config.containerizer.upper()
+        self.force_pull_image = config.force_pull_image
+        self.extra_config = extras.pop("extra_config")
+        self._extras = extras
         self._status = status
         self._coord = coordinator
         self._driver = driver
-        self._mjob = mjob
+        self._planned = planned
+        self._config = config
         self._shut = False
+
+    # -- tfmesos2's members ---------------------------------------------------------------
+
+    @property
+    def cluster_def(self) -> dict[str, list[str]]:
+        """Job name → ``host:port`` of its tasks, ordered by tfmesos2's task index."""
+        cluster = self._status.cluster or {}
+        out: dict[str, list[str]] = {}
+        for p in sorted(self._planned, key=lambda p: p.task_index):
+            addrs = cluster.get(p.job_name, [])
+            if p.position < len(addrs):
+                out.setdefault(p.job_name, []).append(addrs[p.position])
+        return out
 
     @property
     def targets(self) -> dict[str, str]:
-        """``{"/job:ROLE/task:I": "grpc://host:port"}`` for every task."""
-        return mesos.targets(self.cluster_def)
+        """``{"/job:NAME/task:INDEX": "grpc://host:port"}`` by tfmesos2's task index."""
+        cluster = self._status.cluster or {}
+        out = {}
+        for p in self._planned:
+            addrs = cluster.get(p.job_name, [])
+            if p.position < len(addrs):
+                out[f"/job:{p.job_name}/task:{p.task_index}"] = f"grpc://{addrs[p.position]}"
+        return out
 
     @property
     def tasks(self) -> dict[str, Task]:
-        """Mesos task id → :class:`Task`, as tfmesos2's ``tasks``."""
+        """Mesos task id → :class:`Task`, as they are now (tfmesos2's ``tasks``)."""
+        status = self.status()
+        engine = self._coord.engine
+        mesos_tasks = self._coord.call(engine.task_states, self.job) if engine is not None else {}
+        nodes = {(n.role, n.index): n for n in status.nodes}
         out = {}
-        for n in self._status.nodes:
-            need = self._mjob.slot(n.executor_id)
-            port = str(n.port) if n.port else None
-            out[n.task_id] = Task(
-                n.task_id,
-                n.role,
-                n.index,
-                n.host,
+        for p in self._planned:
+            n = nodes.get((p.job_name, p.position))
+            mt = mesos_tasks.get((p.job_name, p.position), {})
+            tid = mt.get("task_id") or (n.task_id if n is not None else "")
+            node_state = str(n.state) if n is not None else "UNREGISTERED"
+            port = str(n.port) if n is not None and n.port else None
+            task = Task(
+                tid,
+                p,
+                n.host if n is not None else None,
                 port,
-                n.state,
-                n.state == NodeState.RUNNING,
-                need.cpus,
-                need.mem,
-                need.gpus,
+                mt.get("state") or "",
+                node_state,
+                n is not None and n.state == NodeState.RUNNING,
+                self._config.gpu_vendor,
+                **self._extras,
             )
+            out[tid or f"unlaunched:/job:{p.job_name}/task:{p.task_index}"] = task
         return out
 
     @property
     def get_tasks(self) -> dict[str, Task]:
         """tfmesos2's other name for :attr:`tasks`."""
         return self.tasks
+
+    @property
+    def task_queue(self) -> queue.Queue[Task]:
+        """The tasks waiting for an offer (none once the cluster is up), as tfmesos2's queue."""
+        q: queue.Queue[Task] = queue.Queue()
+        for t in self.tasks.values():
+            if not t.offered or t.state == "PENDING":
+                q.put(t)
+        return q
+
+    @property
+    def framework_id(self) -> str | None:
+        engine = self._coord.engine
+        return self._coord.call(lambda: engine.client.framework_id) if engine is not None else None
+
+    @property
+    def master_url(self) -> str:
+        """The leading master's base URL (where the framework is subscribed)."""
+        engine = self._coord.engine
+        leader = self._coord.call(lambda: engine.client.leader) if engine is not None else None
+        return leader or self._config.masters[0]
+
+    def get_task_info(self, task_id: str) -> dict[str, Any]:
+        """The leading master's ``/tasks`` answer for one task of this framework, as tfmesos2
+        asks for it; ``{}`` (and a logged error) when the master cannot be asked."""
+        query = urlencode({"task_id": task_id, "framework_id": self.framework_id or ""})
+        return mesos.master_get(self._config, f"{self.master_url}/tasks/?{query}", TASK_INFO_TIMEOUT_S)
 
     def status(self) -> JobStatus:
         """The job's full status (nodes, their Mesos tasks, timeline)."""
@@ -272,9 +423,8 @@ def cluster(
         JobFailed: a task failed, or the readiness timeout passed; the message names the
             tasks and their last Mesos state.
     """
-    del extra_config
-    roles = [j.resources for j in _jobs(jobs)]
-    mjob = MesosJob.of(roles, tuple(command), image, os.environ.get("MESOS_ATTRIBUTES", ""))
+    planned = plan(_jobs(jobs))
+    mjob = MesosJob.of(runs(planned), tuple(command), image, os.environ.get("MESOS_ATTRIBUTES", ""))
     config = _config(
         os.environ,
         master=master,
@@ -302,7 +452,24 @@ def cluster(
             job = driver.submit(mjob.to_spec(name=name, reservation_timeout_s=readiness_timeout))
             try:
                 status = mesos.wait_running(driver, job, timeout_s=readiness_timeout + mesos.RUNNING_GRACE_S)
-                c = Cluster(job, status, coord, driver, mjob, advertise, int(coord.address.rsplit(":", 1)[1]))
+                extras = {
+                    "readiness_timeout": readiness_timeout,
+                    "extra_config": extra_config,
+                    "volumes": dict(volumes or {}),
+                    "env": dict(env or {}),
+                    "fetcher": dict(fetcher or {}),
+                }
+                c = Cluster(
+                    job,
+                    status,
+                    coord,
+                    driver,
+                    planned,
+                    config,
+                    advertise,
+                    int(coord.address.rsplit(":", 1)[1]),
+                    extras,
+                )
                 yield c
             finally:
                 if c is None or not c._shut:

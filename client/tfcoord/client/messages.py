@@ -51,6 +51,11 @@ ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 #: Roles in TensorFlowOnSpark's assignment order: ps, then chief/master, evaluator, workers.
 ROLE_ORDER = ("ps", "chief", "master", "evaluator", "worker")
+#: Any other TensorFlow job name (tfmesos2 takes whatever its ``Job(name=...)`` says) is a
+#: custom role: what TensorFlow accepts in a device name (``/job:NAME/task:0``). Custom roles
+#: come after the known ones in a job spec, in any order among themselves.
+ROLE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+MAX_ROLE_LEN = 64
 #: Roles of which a cluster holds at most one task.
 SINGLETON_ROLES = frozenset({"chief", "master", "evaluator"})
 CLIENT_ROLES = ("node", "driver", "admin")
@@ -97,6 +102,20 @@ def _host(v: Any) -> None:
         raise ValueError(
             f"{v!r} is not a host name or address (no spaces, control characters, '/', '[', ']' or '@')"
         )
+
+
+def _role(v: Any) -> None:
+    """A TensorFlow job name: one of :data:`ROLE_ORDER` or a custom one (:data:`ROLE_RE`)."""
+    if not isinstance(v, str) or len(v) > MAX_ROLE_LEN or not ROLE_RE.fullmatch(v):
+        raise ValueError(
+            f"{v!r} is not a TensorFlow job name (a letter, then letters, digits or '_', "
+            f"at most {MAX_ROLE_LEN} characters)"
+        )
+
+
+def role_rank(role: str) -> int:
+    """Where a role goes in a job spec: :data:`ROLE_ORDER`, then every custom role."""
+    return ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER)
 
 
 def _opt_ident(v: Any) -> None:
@@ -220,7 +239,10 @@ class LaunchSpec:
 
     Attributes:
         resources: per role, in the job's role order, what each task needs:
-            ``(("worker", (("cpus", 2.0), ("mem", 4096.0), ("gpus", 1.0))), ...)``.
+            ``(("worker", (("cpus", 2.0), ("mem", 4096.0), ("gpus", 1.0))), ...)``. A role
+            whose tasks need different amounts is listed once per run of equal tasks, the
+            runs one after the other, each with its task count as a third item:
+            ``(("ps", ((cpus, 1.0),), 2), ("ps", ((cpus, 4.0),), 1))``.
         command: what each task runs; empty: server mode (a ``tf.distribute.Server``).
         image: the container image; empty: the engine's default.
         attributes: placement constraints (``key:value;key:value``).
@@ -247,11 +269,12 @@ class LaunchSpec:
         if not isinstance(self.resources, tuple):
             raise ValueError("resources must be a list of [role, [[name, amount], ...]] pairs")
         for item in self.resources:
-            if not (isinstance(item, tuple) and len(item) == 2 and item[0] in ROLE_ORDER):
-                raise ValueError(
-                    f"resources must pair a role ({', '.join(ROLE_ORDER)}) with amounts, not {item!r}"
-                )
-            role, amounts = item
+            if not (isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[0], str)):
+                raise ValueError(f"resources must pair a role with amounts (and a count), not {item!r}")
+            role, amounts = item[0], item[1]
+            _role(role)
+            if len(item) == 3:
+                _int(1, MAX_NODES_PER_JOB)(item[2])
             if not isinstance(amounts, tuple) or not all(
                 isinstance(a, tuple) and len(a) == 2 and a[0] in LAUNCH_RESOURCES for a in amounts
             ):
@@ -266,9 +289,14 @@ class LaunchSpec:
                     or not 0 <= amount < 2**40
                 ):
                     raise ValueError(f"{role} {name} must be a number >= 0, not {amount!r}")
-        roles = [r for r, _ in self.resources]
-        if len(set(roles)) != len(roles):
-            raise ValueError(f"a role is listed twice: {', '.join(roles)}")
+        roles = [item[0] for item in self.resources]
+        for i, item in enumerate(self.resources):
+            if roles.count(item[0]) > 1 and (
+                len(item) != 3 or (item[0] in roles[:i] and roles[i - 1] != item[0])
+            ):
+                raise ValueError(
+                    f"a role listed more than once needs a count in each of its runs, one after the other: {', '.join(roles)}"
+                )
         if not isinstance(self.command, tuple) or not all(isinstance(a, str) for a in self.command):
             raise ValueError("command must be a list of strings")
         if len(self.command) > MAX_COMMAND_ARGS or sum(map(len, self.command)) > MAX_COMMAND_CHARS:
@@ -283,13 +311,20 @@ class LaunchSpec:
                 raise ValueError(f"{name} {e}") from None
 
     def needs(self, role: str) -> dict[str, float]:
-        """What each task of ``role`` asks for (empty when the spec names no amounts for it)."""
-        return dict(next((a for r, a in self.resources if r == role), ()))
+        """What each task of ``role`` asks for (empty when the spec names no amounts for it);
+        the first run's, for a role listed in runs."""
+        return dict(next((item[1] for item in self.resources if item[0] == role), ()))
+
+    def runs(self, role: str) -> list[tuple[int | None, dict[str, float]]]:
+        """``role``'s runs: (task count, or None for all of the role's tasks; amounts)."""
+        return [
+            (item[2] if len(item) == 3 else None, dict(item[1])) for item in self.resources if item[0] == role
+        ]
 
     def to_wire(self) -> dict[str, Any]:
         return {
             "version": self.version,
-            "resources": [[r, [[n, v] for n, v in a]] for r, a in self.resources],
+            "resources": [[x[0], [[n, v] for n, v in x[1]], *x[2:]] for x in self.resources],
             "command": list(self.command),
             "image": self.image,
             "attributes": self.attributes,
@@ -305,8 +340,8 @@ class LaunchSpec:
         kw = dict(m)
         if isinstance(kw.get("resources"), (list, tuple)):
             kw["resources"] = tuple(
-                (x[0], tuple(tuple(a) if isinstance(a, (list, tuple)) else a for a in x[1]))
-                if isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[1], (list, tuple))
+                (x[0], tuple(tuple(a) if isinstance(a, (list, tuple)) else a for a in x[1]), *x[2:])
+                if isinstance(x, (list, tuple)) and len(x) in (2, 3) and isinstance(x[1], (list, tuple))
                 else x
                 for x in kw["resources"]
             )
@@ -367,8 +402,10 @@ class JobSpec:
             if not (isinstance(item, tuple) and len(item) == 2):
                 raise ValueError("each role must be a [name, count] pair")
             role, count = item
-            if role not in ROLE_ORDER:
-                raise ValueError(f"unknown role {role!r}; roles are {', '.join(ROLE_ORDER)}")
+            try:
+                _role(role)
+            except ValueError as e:
+                raise ValueError(f"role {e}; roles are {', '.join(ROLE_ORDER)} or custom job names") from None
             if role in seen:
                 raise ValueError(f"role {role!r} is listed twice")
             seen.add(role)
@@ -385,9 +422,11 @@ class JobSpec:
             raise ValueError("the cluster has no tasks; give at least one role a count above 0")
         if total > MAX_NODES_PER_JOB:
             raise ValueError(f"{total} tasks is over the limit of {MAX_NODES_PER_JOB}")
-        order = [ROLE_ORDER.index(r) for r, _ in self.roles]
+        order = [role_rank(r) for r, _ in self.roles]
         if order != sorted(order):
-            raise ValueError(f"roles must be listed in the order {', '.join(ROLE_ORDER)}")
+            raise ValueError(
+                f"roles must be listed in the order {', '.join(ROLE_ORDER)}, then custom job names"
+            )
         for name, check in (
             ("reservation_timeout_s", _seconds(0.001)),
             ("heartbeat_timeout_s", _seconds(0.001)),
@@ -401,7 +440,7 @@ class JobSpec:
             except ValueError as e:
                 raise ValueError(f"{name} {e}") from None
         for r in self.tolerate_failure:
-            if r not in ROLE_ORDER:
+            if r not in ROLE_ORDER and r not in seen:
                 raise ValueError(f"tolerate_failure names unknown role {r!r}")
         if self.launch is not None:
             if not isinstance(self.launch, LaunchSpec):
@@ -732,7 +771,7 @@ class ClusterReply(Message):
 
     op: ClassVar[str] = "cluster"
     id: int = _f(_request_id)
-    role: str = _f(_choice(ROLE_ORDER))
+    role: str = _f(_role)
     index: int = _f(_int(0, MAX_NODES_PER_JOB - 1))
     spec: bytes = _f(_blob)
 

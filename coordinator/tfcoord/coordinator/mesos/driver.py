@@ -7,8 +7,14 @@ answered by push when the job changes, never a poll.
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
 import socket
+import ssl
+import urllib.request
 from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from tfcoord.client import DriverClient
 from tfcoord.client.client import check_outcome
@@ -20,6 +26,8 @@ from tfcoord.client.watcher import watch_until
 
 from ..embedded import EmbeddedCoordinator
 from .config import MesosConfig
+
+log = logging.getLogger("tfcoord.mesos")
 
 #: Once a cluster is left (``with cluster(...)`` exits), its nodes are told to stop and
 #: acknowledge within a second or two; past this the framework's TEARDOWN kills them anyway.
@@ -119,3 +127,25 @@ def targets(cluster: Mapping[str, list[str]]) -> dict[str, str]:
         for role, addrs in cluster.items()
         for i, addr in enumerate(addrs)
     }
+
+
+def master_get(config: MesosConfig, url: str, timeout_s: float) -> dict[str, Any]:
+    """GET a master endpoint (``/tasks``, ``/state``) with the framework's credentials and TLS
+    settings; redirects to the leader are followed. ``{}`` (logged) when it cannot be read,
+    as tfmesos2's ``get_task_info`` answers."""
+    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if config.username:
+        raw = f"{config.username}:{config.password or ''}".encode()
+        req.add_header("Authorization", "Basic " + base64.b64encode(raw).decode("ascii"))
+    context = None
+    if url.startswith("https://"):
+        context = ssl.create_default_context(cafile=config.ca_file)
+        if not config.verify_ssl:
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
+            answer = json.loads(resp.read())
+    except (OSError, ValueError) as e:  # URLError and HTTPError are OSErrors
+        log.error("could not read %s from the Mesos master: %s", url, e)
+        return {}
+    return answer if isinstance(answer, dict) else {}

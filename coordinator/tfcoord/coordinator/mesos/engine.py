@@ -734,6 +734,17 @@ class MesosEngine:
 
     # -- for drivers and benchmarks -----------------------------------------------------
 
+    def task_states(self, job_id: str) -> dict[tuple[str, int], dict[str, str]]:
+        """(role, index) → the slot's current Mesos task: ``task_id``, ``state``, ``agent_id``
+        (``state`` is PENDING before its launch)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return {}
+        return {
+            (t.role, t.index): {"task_id": t.task_id, "state": t.state, "agent_id": t.agent_id}
+            for t in job.tasks
+        }
+
     def job_stats(self, job_id: str) -> dict[str, Any]:
         """When the job's tasks were all launched, and in how many offer rounds."""
         st = dict(self.stats.get(job_id, {}))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfcoord.client.errors import LocalProtocolError
-from tfcoord.client.messages import ROLE_ORDER, SINGLETON_ROLES, JobSpec, LaunchSpec
+from tfcoord.client.messages import MAX_ROLE_LEN, ROLE_RE, SINGLETON_ROLES, JobSpec, LaunchSpec, role_rank
 
 from .errors import MesosConfigError
 from .offers import parse_constraints
@@ -33,7 +33,12 @@ ROLE_SYNTAX = "ROLE:COUNT[:cpus=N,mem=MB,gpus=N], e.g. worker:2:cpus=2,mem=4096,
 
 @dataclass(frozen=True)
 class RoleResources:
-    """One role of the cluster: how many tasks, and what each one needs."""
+    """A run of tasks of one role that need the same: how many, and what each one needs.
+
+    A role is any TensorFlow job name: ps, chief, master, evaluator, worker or a custom one.
+    A job may hold several runs of one role (tfmesos2 lists a name twice with different
+    resources); they follow each other, and the role's task indexes count through them.
+    """
 
     role: str
     count: int
@@ -42,8 +47,14 @@ class RoleResources:
     gpus: int = 0
 
     def __post_init__(self) -> None:
-        if self.role not in ROLE_ORDER:
-            raise MesosConfigError(f"unknown role {self.role!r}; roles are {', '.join(ROLE_ORDER)}")
+        if (
+            not isinstance(self.role, str)
+            or len(self.role) > MAX_ROLE_LEN
+            or not ROLE_RE.fullmatch(self.role)
+        ):
+            raise MesosConfigError(
+                f"{self.role!r} is not a TensorFlow job name (a letter, then letters, digits or '_')"
+            )
         if not isinstance(self.count, int) or isinstance(self.count, bool) or self.count < 1:
             raise MesosConfigError(
                 f"{self.role}: the task count must be a whole number >= 1, not {self.count!r}"
@@ -123,8 +134,12 @@ class MesosJob:
         if not self.roles:
             raise MesosConfigError(f"a Mesos job needs at least one role ({ROLE_SYNTAX})")
         names = [r.role for r in self.roles]
-        if len(set(names)) != len(names):
-            raise MesosConfigError(f"a role is listed twice: {', '.join(names)}")
+        for i, name in enumerate(names):
+            if name in names[:i] and names[i - 1] != name:
+                raise MesosConfigError(f"the runs of role {name} must follow each other: {', '.join(names)}")
+        for name in SINGLETON_ROLES:
+            if sum(r.count for r in self.roles if r.role == name) > 1:
+                raise MesosConfigError(f"a cluster has at most one {name}")
         if "chief" in names and "master" in names:
             raise MesosConfigError("use either chief or master, not both")
         parse_constraints(self.attributes)  # refuse bad constraints here, at the driver
@@ -138,7 +153,10 @@ class MesosJob:
         attributes: str = "",
     ) -> MesosJob:
         """Roles in any order (they are put in tfcoord's assignment order)."""
-        ordered = tuple(sorted(roles, key=lambda r: ROLE_ORDER.index(r.role)))
+        first: dict[str, int] = {}
+        for i, r in enumerate(roles):
+            first.setdefault(r.role, i)
+        ordered = tuple(sorted(roles, key=lambda r: (role_rank(r.role), first[r.role])))
         return cls(ordered, tuple(command), image or None, attributes)
 
     @property
@@ -159,16 +177,28 @@ class MesosJob:
 
     def to_spec(self, **spec: Any) -> JobSpec:
         """The job spec to submit; ``spec`` gives JobSpec's other fields (name, timeouts, labels)."""
+        runs = self.runs()
         needs = tuple(
-            (r.role, (("cpus", r.cpus), ("mem", r.mem), ("gpus", float(r.gpus)))) for r in self.roles
+            (
+                r.role,
+                (("cpus", r.cpus), ("mem", r.mem), ("gpus", float(r.gpus))),
+                *((r.count,) if len(runs[r.role]) > 1 else ()),
+            )
+            for r in self.roles
         )
         try:
             launch = LaunchSpec(needs, self.command, self.image or "", self.attributes)
         except LocalProtocolError as e:  # a command too long to travel: the message says what to do
             raise MesosConfigError(str(e)) from None
-        return JobSpec(
-            roles=tuple((r.role, r.count) for r in self.roles), engine=ENGINE, launch=launch, **spec
-        )
+        counts = {name: sum(r.count for r in rs) for name, rs in runs.items()}
+        return JobSpec(roles=tuple(counts.items()), engine=ENGINE, launch=launch, **spec)
+
+    def runs(self) -> dict[str, list[RoleResources]]:
+        """Role → its runs, in slot order."""
+        out: dict[str, list[RoleResources]] = {}
+        for r in self.roles:
+            out.setdefault(r.role, []).append(r)
+        return out
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> MesosJob:
@@ -182,19 +212,24 @@ class MesosJob:
         launch = spec.launch or LaunchSpec(resources=())
         roles = []
         for role, count in spec.roles:
-            needs = launch.needs(role)
-            gpus = needs.get("gpus", 0.0)
-            if gpus != int(gpus):
+            runs = launch.runs(role) or [(None, {})]
+            if len(runs) > 1 and sum(n or 0 for n, _ in runs) != count:
                 raise MesosConfigError(
-                    f"{role}: gpus={gpus:g} must be a whole number (Mesos grants whole GPUs)"
+                    f"{role}: its runs hold {sum(n or 0 for n, _ in runs)} tasks, not {count}"
                 )
-            roles.append(
-                RoleResources(
-                    role,
-                    count,
-                    cpus=needs.get("cpus", DEFAULT_CPUS),
-                    mem=needs.get("mem", DEFAULT_MEM_MB),
-                    gpus=int(gpus),
+            for n, needs in runs:
+                gpus = needs.get("gpus", 0.0)
+                if gpus != int(gpus):
+                    raise MesosConfigError(
+                        f"{role}: gpus={gpus:g} must be a whole number (Mesos grants whole GPUs)"
+                    )
+                roles.append(
+                    RoleResources(
+                        role,
+                        count if n is None else n,
+                        cpus=needs.get("cpus", DEFAULT_CPUS),
+                        mem=needs.get("mem", DEFAULT_MEM_MB),
+                        gpus=int(gpus),
+                    )
                 )
-            )
         return cls(tuple(roles), launch.command, launch.image or None, launch.attributes)

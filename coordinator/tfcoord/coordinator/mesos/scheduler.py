@@ -189,6 +189,11 @@ class SchedulerClient:
     def subscribed(self) -> bool:
         return self._up.is_set()
 
+    @property
+    def leader(self) -> str | None:
+        """The base URL of the master holding our stream (the leader), while subscribed."""
+        return self._base if self._up.is_set() else None
+
     # -- life cycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
