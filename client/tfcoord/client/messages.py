@@ -248,7 +248,9 @@ class LaunchSpec:
         attributes: placement constraints (``key:value;key:value``).
     """
 
-    resources: tuple[tuple[str, tuple[tuple[str, float], ...]], ...]
+    resources: tuple[
+        tuple[str, tuple[tuple[str, float], ...]] | tuple[str, tuple[tuple[str, float], ...], int], ...
+    ]
     command: tuple[str, ...] = ()
     image: str = ""
     attributes: str = ""
@@ -450,7 +452,7 @@ class JobSpec:
                     f"launch is for engines the coordinator runs ({', '.join(sorted(COORDINATOR_ENGINES))}), "
                     f"not {self.engine!r}, whose nodes the submitting side starts"
                 )
-            unknown = {r for r, _ in self.launch.resources} - seen
+            unknown = {x[0] for x in self.launch.resources} - seen
             if unknown:
                 raise ValueError(
                     f"launch gives resources for roles the job does not have: {', '.join(sorted(unknown))}"
