@@ -122,7 +122,7 @@ def run_tfcoord(master: str) -> dict[str, Any]:
             status = mesos.wait_running(driver, jid, timeout_s=RUN_TIMEOUT_S)
             serving = time.monotonic() - t0
             ready_at = next(t for t, text in status["events"] if text.endswith("-> READY"))
-            stats = coord.call(lambda: coord.engine.job_stats(jid)) if coord.engine is not None else {}
+            stats = coord.call(lambda: coord.server.engines["mesos"].job_stats(jid))
             mesos.stop_and_wait(driver, jid, "benchmark run over")
         return {
             "ready_s": round(ready_at - t0_wall, 3),

@@ -38,7 +38,7 @@ import logging
 import math
 import os
 import queue
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -52,7 +52,7 @@ from tfcoord.coordinator.embedded import EmbeddedCoordinator
 from tfcoord.coordinator.mesos import driver as mesos
 from tfcoord.coordinator.mesos.config import FORCE_PULL_ENV, FetchUri, MesosConfig, Volume
 from tfcoord.coordinator.mesos.errors import MesosConfigError
-from tfcoord.coordinator.mesos.jobs import MesosJob, RoleResources
+from tfcoord.coordinator.mesos.jobs import ENGINE, MesosJob, RoleResources
 
 __all__ = ["Cluster", "Job", "Task", "cluster", "plan"]
 
@@ -257,8 +257,7 @@ class Cluster:
     def tasks(self) -> dict[str, Task]:
         """Mesos task id → :class:`Task`, as they are now (tfmesos2's ``tasks``)."""
         status = self.status()
-        engine = self._coord.engine
-        mesos_tasks = self._coord.call(engine.task_states, self.job) if engine is not None else {}
+        mesos_tasks = self._on_engine(lambda e: e.task_states(self.job)) or {}
         nodes = {(n.role, n.index): n for n in status.nodes}
         out = {}
         for p in self._planned:
@@ -297,15 +296,21 @@ class Cluster:
 
     @property
     def framework_id(self) -> str | None:
-        engine = self._coord.engine
-        return self._coord.call(lambda: engine.client.framework_id) if engine is not None else None
+        return self._on_engine(lambda e: e.client.framework_id)
 
     @property
     def master_url(self) -> str:
         """The leading master's base URL (where the framework is subscribed)."""
-        engine = self._coord.engine
-        leader = self._coord.call(lambda: engine.client.leader) if engine is not None else None
-        return leader or self._config.masters[0]
+        return self._on_engine(lambda e: e.client.leader) or self._config.masters[0]
+
+    def _on_engine(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(the Mesos engine)`` on the coordinator's loop; None once it has stopped."""
+
+        def go() -> Any:
+            engine = self._coord.server.engines.get(ENGINE)
+            return fn(engine) if engine is not None else None
+
+        return self._coord.call(go) if not self._shut else None
 
     def get_task_info(self, task_id: str) -> dict[str, Any]:
         """The leading master's ``/tasks`` answer for one task of this framework, as tfmesos2
