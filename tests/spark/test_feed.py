@@ -7,6 +7,7 @@ nothing depends on a feeding task sharing a Python worker with its node.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -216,8 +217,16 @@ def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path):
         assert time.monotonic() < deadline, "the stream fed nothing"
         time.sleep(0.1)
 
+    # Another shell stops the job as an operator would: with the coordinator's admin
+    # credential (each driver sees only its own jobs) and, as the embedded coordinator
+    # serves TLS by default, its CA.
     secret = tmp_path / "secret"
     auth.write_secret(secret, cluster._embedded.secret)
+    auth.write_secret(tmp_path / "secret.admin", cluster._embedded.admin_secret)
+    env = dict(os.environ)
+    if cluster._embedded.ca_pem is not None:
+        (tmp_path / "ca.pem").write_text(cluster._embedded.ca_pem)
+        env["TFCOORD_TLS_CA"] = str(tmp_path / "ca.pem")
     cli = [
         sys.executable,
         "-m",
@@ -229,10 +238,10 @@ def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path):
         "--secret-file",
         str(secret),
     ]
-    dry = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, timeout=60)
+    dry = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, timeout=60, env=env)
     assert dry.returncode == 0 and "would stop 1 node(s)" in dry.stdout and "dry run" in dry.stdout
     assert cluster.driver.status(cluster.job)["state"] == "RUNNING"
-    done = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=60, env=env)
     stopped_at = time.time()
     assert done.returncode == 0 and "stopping 1 node(s)" in done.stdout, done.stdout + done.stderr
 
