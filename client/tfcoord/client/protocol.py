@@ -215,9 +215,10 @@ class Connection:
         decode: turns a received map into a message: the coordinator protocol's table by
             default; the data feed passes its own (``feedmessages.decode``), so both wires
             share this framing.
-        default, ext_hook: msgpack's hooks for values it does not know, both ways; the
-            feed passes :mod:`.ndcodec`'s so numpy values cross. Without them extension
-            types are refused (the coordinator protocol carries none).
+        default: msgpack's hook for values it cannot pack; the feed passes
+            :mod:`.ndcodec`'s so numpy values cross. Without it (and ``ext_hook``)
+            extension types are refused (the coordinator protocol carries none).
+        ext_hook: msgpack's hook for extension types received, the inverse of ``default``.
     """
 
     def __init__(
