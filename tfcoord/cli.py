@@ -633,6 +633,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     _table(rows)
     for line in st.missing:
         print(f"missing: {line}")
+    progress = [(n, n.figures) for n in st.nodes if n.figures]
+    if progress:
+        print("\nprogress (last reported):")
+        for n, f in progress:
+            print(
+                f"  {n.name}  "
+                + "  ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in f.items())
+            )
     results = [(n, n.results) for n in st.nodes]
     if any(r for _, r in results):
         print("\nresults:")

@@ -244,6 +244,21 @@ def test_jobs_one_job_and_its_events(http_coord):
             assert w["state"] == "REGISTERED" and w["error"] == "" and w["connected"] is True
             assert abs(w["last_heartbeat"] - time.time()) < 60
 
+            w0.progress({"step": 10, "loss": 0.75})
+            w0.progress({"step": 20, "loss": 0.5})
+            w = next(
+                n
+                for n in conforms(fetch(base, f"/v1/jobs/{job}"), "/v1/jobs/{job}")["nodes"]
+                if n["index"] == 0 and n["role"] == "worker"
+            )
+            assert w["figures"] == {"step": 20, "loss": 0.5}
+            progress = conforms(fetch(base, f"/v1/jobs/{job}/progress"), "/v1/jobs/{job}/progress")
+            assert [(n["role"], n["index"]) for n in progress["nodes"]] == [("worker", 0)]
+            points = progress["nodes"][0]["points"]
+            assert [f for _, f in points] == [{"step": 10, "loss": 0.75}, {"step": 20, "loss": 0.5}]
+            later = fetch(base, f"/v1/jobs/{job}/progress?since={points[0][0]}").json["nodes"][0]["points"]
+            assert later == points[1:] or points[0][0] == points[1][0]  # same-instant points both go
+
             w0.report("failed", error="Traceback (most recent call last):\nValueError: loss is NaN")
             failed = conforms(fetch(base, f"/v1/jobs/{job}"), "/v1/jobs/{job}")
             assert failed["state"] == "FAILED" and "loss is NaN" in failed["error"]
@@ -275,6 +290,10 @@ def test_malformed_input_is_400_and_unknown_ids_and_paths_are_404(http_coord):
         ("/v1/jobs/no-such-job/events", "/v1/jobs/{job}/events", 404),
         ("/v1/jobs/no-such-job/events?since=-1", "/v1/jobs/{job}/events", 400),
         ("/v1/jobs/no-such-job/events?since=abc", "/v1/jobs/{job}/events", 400),
+        ("/v1/jobs/no-such-job/progress", "/v1/jobs/{job}/progress", 404),
+        ("/v1/jobs/no-such-job/progress?since=nan", "/v1/jobs/{job}/progress", 400),
+        ("/v1/jobs/no-such-job/progress?since=-5", "/v1/jobs/{job}/progress", 400),
+        ("/v1/jobs/no-such-job/progress?until=1", "/v1/jobs/{job}/progress", 400),
         ("/metrics?x=1", "/metrics", 400),
     ]
     for path, template, status in cases:

@@ -7,6 +7,7 @@ them for every child: a command (Mesos tasks, the local engine) and a forked map
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -175,6 +176,15 @@ def _returns_loss(args, ctx):
     return {"loss": 0.25, "role": ctx.job_name}
 
 
+def _reports(args, ctx):
+    for step in range(1, 6):
+        assert ctx.report(step=step, loss=1.0 / step) or step > 1  # the first is always passed on
+        time.sleep(0.06)  # past the work's own write limit, so each of these is written
+    with open(args["go"]) as go:  # held until the test saw the figures arrive
+        go.read()
+    return {"loss": 0.2}
+
+
 def _raises(args, ctx):
     raise ValueError(f"bad input on {ctx.job_name}:{ctx.task_index}")
 
@@ -230,3 +240,36 @@ def test_forked_map_fun_traceback_fails_the_job(coordinator):
         status = d.await_job(job, WAIT_S, raise_on_failure=False)
     assert FAILED in ends
     assert status["state"] == "FAILED" and "ValueError: bad input on worker:" in status["error"]
+
+
+def test_ctx_report_reaches_status_and_the_series_and_a_command_reports_too(coordinator, tmp_path: Path):
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(js := JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        spec = _spec(coordinator, d, job, js, _reports, {"go": str(go)})
+        node = start_node(dataclasses.replace(spec, report_interval_s=0.1), 0)
+        st = d.watch(job, 0, WAIT_S)
+        # Figures do not bump the job's version (they are not a state change): poll status.
+        deadline = time.monotonic() + WAIT_S
+        while st["nodes"][0].get("figures", {}).get("step") != 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            st = d.status(job)
+        assert st["nodes"][0]["figures"] == {"step": 5, "loss": 0.2}
+        go.write_text("go")
+        assert node.wait(WAIT_S).state == SUCCEEDED
+    points = coordinator.call(lambda: coordinator.server.state.series(job))["nodes"][0]["points"]
+    steps = [f["step"] for _, f in points]
+    assert steps == sorted(steps) and steps[-1] == 5 and len(points) >= 2  # coalesced, in order
+
+    code = (
+        "from tfcoord.node.reporting import report\n"
+        "assert report(step=7, examples_per_s=125.5)\n"
+        "report(step=8)  # within the write limit: dropped; 7 is what arrives\n"
+    )
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        sup = NodeSupervisor(_config(coordinator, d, job, 0, report_interval_s=5.0), _python(code))
+        assert sup.run().state == SUCCEEDED  # the last figures are sent as the node ends, not 5 s later
+        status = d.await_job(job, WAIT_S)
+    assert status["nodes"][0]["figures"] == {"step": 7, "examples_per_s": 125.5}

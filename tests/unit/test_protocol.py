@@ -104,6 +104,7 @@ SAMPLES: list[m.Message] = [
     m.AwaitCluster(id=8, job="job-1", executor_id=0, attempt=0, timeout_s=30.0),
     REPORT,
     HEARTBEAT,
+    m.Progress(id=12, job="job-1", executor_id=1, attempt=2, figures={"step": 40, "loss": 0.125}),
     m.AwaitStop(id=11, job="job-1", executor_id=1, attempt=2, timeout_s=3600),
     REPLY,
     CLUSTER_REPLY,

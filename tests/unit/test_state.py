@@ -242,6 +242,9 @@ class Harness:
     def heartbeat(self, eid: int, job: str = "j", **kw: Any) -> Call:
         return self._node_call(s.HeartbeatNode, m.Heartbeat, eid, job, **kw)
 
+    def progress(self, eid: int, job: str = "j", **kw: Any) -> Call:
+        return self._node_call(s.ProgressNode, m.Progress, eid, job, **kw)
+
     def await_stop(self, eid: int, job: str = "j", *, timeout_s: float = 3600.0, **kw: Any) -> Call:
         return self._node_call(s.AwaitStopEvent, m.AwaitStop, eid, job, timeout_s=timeout_s, **kw)
 
@@ -1184,6 +1187,7 @@ NODE_KEYS = {
     "ended_at",
     "error",
     "connected",
+    "figures",
 }
 SUMMARY_KEYS = {"job", "name", "engine", "state", "size", "registered", "submitted_at", "ended_at", "error"}
 
@@ -1236,6 +1240,7 @@ def test_status_and_summary_shapes(h: Harness) -> None:
         "ended_at": None,
         "error": "",
         "connected": True,
+        "figures": {},
     }
     assert json.loads(json.dumps(st)) == st  # JSON-able as it is
     assert h.status_call("j").result == st
@@ -1980,3 +1985,76 @@ def test_a_plain_stop_is_the_reason(h: Harness) -> None:
     h.run()
     h.stop()
     assert _reason(h) == FailureReason.STOPPED
+
+
+# -- progress figures (ctx.report) ---------------------------------------------------------
+
+
+def test_progress_shows_in_status_and_series_and_is_not_journaled(h: Harness) -> None:
+    h.run()
+    before = len(h.journal)
+    assert h.progress(0, figures={"step": 1, "loss": 0.5}).result == {}
+    h.progress(0, figures={"step": 2, "loss": 0.25}, now=T0 + 1)
+    assert len(h.journal) == before  # figures are for watching: a restart shows the next ones
+    nodes = h.state.status("j")["nodes"]
+    assert nodes[0]["figures"] == {"step": 2, "loss": 0.25} and nodes[1]["figures"] == {}
+    series = h.state.series("j")
+    assert series["nodes"] == [
+        {
+            "executor_id": 0,
+            "role": "worker",
+            "index": 0,
+            "points": [[T0, {"step": 1, "loss": 0.5}], [T0 + 1, {"step": 2, "loss": 0.25}]],
+        }
+    ]
+    assert h.state.series("j", since=T0)["nodes"][0]["points"] == [[T0 + 1, {"step": 2, "loss": 0.25}]]
+
+
+def test_progress_from_a_superseded_attempt_is_refused(h: Harness) -> None:
+    h.run()
+    assert h.progress(0, attempt=3, figures={"step": 1}).error.code == "not_registered"
+    assert h.state.series("j")["nodes"] == []
+
+
+def test_progress_series_are_bounded_and_thinned_when_the_job_ends(h: Harness, monkeypatch) -> None:
+    h.run()
+    for i in range(s.SERIES_POINTS_PER_NODE + 50):
+        h.progress(0, figures={"step": i}, now=T0 + i)
+    points = h.state.series("j")["nodes"][0]["points"]
+    assert len(points) == s.SERIES_POINTS_PER_NODE and points[-1][1] == {
+        "step": s.SERIES_POINTS_PER_NODE + 49
+    }
+    # The same bounds at a smaller scale: a job's points are shared by its nodes.
+    monkeypatch.setattr(s, "SERIES_POINTS_PER_JOB", 400)
+    monkeypatch.setattr(s, "SERIES_POINTS_FINISHED", 100)
+    h.run(spec(("worker", 40)), job="big")
+    for t in range(30):
+        for eid in range(40):
+            h.progress(eid, job="big", figures={"step": t}, now=T0 + t)
+    assert [len(n["points"]) for n in h.state.series("big")["nodes"]] == [10] * 40
+    for eid in range(40):
+        h.report(eid, "succeeded", job="big")
+    assert h.job("big").terminal
+    kept = h.state.series("big")["nodes"]
+    assert [len(n["points"]) for n in kept] == [2] * 40  # 100 points in all, at least first and last
+    assert all(n["points"][-1][1] == {"step": 29} for n in kept)  # the final figures stay
+    h.progress(0, job="big", figures={"step": 99})  # answered, not kept: the series are final
+    assert h.state.series("big")["nodes"][0]["points"][-1][1] == {"step": 29}
+
+
+def test_progress_figures_are_checked_on_the_wire() -> None:
+    ids = {"id": 1, "job": "j", "executor_id": 0, "attempt": 0}
+    for bad in (
+        {},
+        {"x" * 40: 1},
+        {"loss": float("nan")},
+        {"ok": True},
+        {"a": "1"},
+        {f"f{i}": i for i in range(17)},
+    ):
+        with pytest.raises(m.RemoteProtocolError):
+            m.decode({"op": "progress", **ids, "figures": bad})
+    assert m.decode({"op": "progress", **ids, "figures": {"loss": 0.5, "step": 3}}).figures == {
+        "loss": 0.5,
+        "step": 3,
+    }

@@ -772,6 +772,10 @@ class NodeClient(Client):
         )
         return Reported.decode(_result(reply))
 
+    def progress(self, figures: Mapping[str, int | float]) -> None:
+        """Send what the node's work reported (step, loss, ...); see ``tfcoord.node.reporting``."""
+        self.request(lambda i: m.Progress(id=i, figures=dict(figures), **self._ids()))
+
     def heartbeat(self, meta: Mapping[str, Any] | None = None) -> StopAnswer:
         """One heartbeat (optionally updating the node's metadata); says whether to stop."""
         reply = self.request(lambda i: m.Heartbeat(id=i, meta=dict(meta or {}), **self._ids()))

@@ -42,6 +42,10 @@ MAX_NODES_PER_JOB = 100_000
 MAX_GPUS_PER_NODE = 64
 #: Metadata entries per node (TensorBoard URL, pid, Spark task attempt, ...).
 MAX_META_ENTRIES = 32
+#: Figures one progress report carries (step, loss, examples/s, cpu, rss, ...).
+MAX_FIGURES = 16
+#: A figure's name: short, plain (it becomes a chart's label and a JSON key).
+FIGURE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,31}")
 #: No single wait may outlive a week; longer is a bug in the caller, not a plan.
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 #: Request ids are unsigned 32-bit so they fit msgpack's compact int forms.
@@ -201,6 +205,20 @@ def _meta(v: Any) -> None:
             raise ValueError(f"entry {k!r} must be a string or a number")
         if isinstance(x, str):
             _meta_text(x)
+
+
+def _figures(v: Any) -> None:
+    if not isinstance(v, Mapping) or not 0 < len(v) <= MAX_FIGURES:
+        raise ValueError(f"must be a map of 1 to {MAX_FIGURES} named numbers")
+    for k, x in v.items():
+        if not isinstance(k, str) or not FIGURE_RE.fullmatch(k):
+            raise ValueError(f"name {k!r} must be a letter then up to 31 letters, digits, '_' or '.'")
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise ValueError(f"{k} must be a number, not {type(x).__name__}")
+        if isinstance(x, float) and not math.isfinite(x):
+            raise ValueError(f"{k} must be a finite number, not {x}")
+        if isinstance(x, int) and not -(2**63) <= x < 2**63:
+            raise ValueError(f"{k} is out of the 64-bit range")
 
 
 def _job_spec(v: Any) -> None:
@@ -746,6 +764,19 @@ class Heartbeat(NodeRequest):
 
 
 @dataclass(frozen=True)
+class Progress(NodeRequest):
+    """What a node's work reports about itself (``ctx.report(step=..., loss=...)``), answered at once.
+
+    Not journaled: figures are for watching a run, and a restarted coordinator simply
+    shows the next ones. The node coalesces them (see ``tfcoord.node.reporting``); the
+    coordinator keeps a bounded series per node.
+    """
+
+    op: ClassVar[str] = "progress"
+    figures: Mapping[str, int | float] = _f(_figures)
+
+
+@dataclass(frozen=True)
 class AwaitStop(NodeRequest):
     """Answered when this node must stop (stop requested, job failed or done), or at the deadline."""
 
@@ -803,6 +834,7 @@ OPS: dict[str, type[Message]] = {
         AwaitCluster,
         Report,
         Heartbeat,
+        Progress,
         AwaitStop,
         Reply,
         ClusterReply,
@@ -814,7 +846,7 @@ OPS: dict[str, type[Message]] = {
 DRIVER_OPS = frozenset({Submit, AwaitJob, WatchJob, StopJob, Status})
 # A node may stop its own job (DataFeed.terminate() in a streaming job); the server
 # refuses any op of a node connection that names another job.
-NODE_OPS = frozenset({Register, AwaitCluster, Report, Heartbeat, AwaitStop, StopJob})
+NODE_OPS = frozenset({Register, AwaitCluster, Report, Heartbeat, Progress, AwaitStop, StopJob})
 ADMIN_OPS = frozenset({AwaitJob, WatchJob, StopJob, Status})  # read and stop, never submit
 ALLOWED_OPS = {"driver": DRIVER_OPS, "node": NODE_OPS, "admin": ADMIN_OPS}
 

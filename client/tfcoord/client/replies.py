@@ -105,6 +105,13 @@ class NodeStatus(_Decoded):
         return {k.removeprefix(RESULT_META): v for k, v in self.meta.items() if k.startswith(RESULT_META)}
 
     @property
+    def figures(self) -> dict[str, int | float]:
+        """The latest progress figures its work reported (``ctx.report``); empty before the
+        first, and from a coordinator that does not keep them."""
+        f = self.wire.get("figures")
+        return dict(f) if isinstance(f, Mapping) else {}
+
+    @property
     def tensorboard_url(self) -> str | None:
         url = self.meta.get(TENSORBOARD_META)
         return str(url) if url else None

@@ -265,7 +265,7 @@ class _Api:
         self.server = server
         self._token = token
         self.metrics = metrics
-        self._status_cache: dict[str, tuple[int, float, bytes]] = {}
+        self._status_cache: dict[str, tuple[tuple[int, int], float, bytes]] = {}
         self._openapi = OPENAPI_PATH.read_bytes()
         self._dashboard = DASHBOARD_PATH.read_bytes()
         self._dashboard_headers = _page_headers(self._dashboard.decode())
@@ -315,7 +315,11 @@ class _Api:
         job = _job(self.server, _job_id(request))
         now = time.monotonic()
         cached = self._status_cache.get(job.id)
-        if cached is not None and cached[0] == job.version and now - cached[1] < STATUS_CACHE_S:
+        if (
+            cached is not None
+            and cached[0] == (job.version, job.reports)
+            and now - cached[1] < STATUS_CACHE_S
+        ):
             body = cached[2]
         else:
             status = self.server.state.status(job.id)
@@ -326,7 +330,7 @@ class _Api:
             # Expired entries are of no use (and may be of forgotten jobs): keep only fresh ones,
             # so the cache holds what was asked for in the last second, not every job ever seen.
             self._status_cache = {k: v for k, v in self._status_cache.items() if now - v[1] < STATUS_CACHE_S}
-            self._status_cache[job.id] = (job.version, now, body)
+            self._status_cache[job.id] = ((job.version, job.reports), now, body)
         return web.Response(body=body, content_type="application/json")
 
     async def events(self, request: web.Request) -> web.Response:
@@ -352,6 +356,24 @@ class _Api:
         return _json(
             {"job": job.id, "state": job.state.value, "events": events, "next": base + len(job.events)}
         )
+
+    async def progress(self, request: web.Request) -> web.Response:
+        q = _query(request, frozenset({"since"}))
+        job_id = _job_id(request)
+        since = 0.0
+        if "since" in q:
+            try:
+                since = float(q["since"]) if len(q["since"]) <= 32 else -1.0
+            except ValueError:
+                since = -1.0
+            if not (math.isfinite(since) and since >= 0):
+                raise ApiError(
+                    400,
+                    ErrorCode.BAD_REQUEST,
+                    f"since must be a time in seconds since the epoch (the last point's), not {q['since'][:40]!r}",
+                )
+        job = _job(self.server, job_id)
+        return _json(self.server.state.series(job.id, since=since))
 
 
 def _csp_hashes(html: str, tag: str) -> str:
@@ -403,6 +425,7 @@ def make_app(server: CoordinatorServer, token: bytes) -> web.Application:
     app.router.add_get("/v1/jobs", api.jobs)
     app.router.add_get("/v1/jobs/{job}", api.job)
     app.router.add_get("/v1/jobs/{job}/events", api.events)
+    app.router.add_get("/v1/jobs/{job}/progress", api.progress)
 
     async def attach(app: web.Application) -> None:
         metrics.attach()

@@ -95,6 +95,14 @@ MAX_ATTEMPTS_PER_SLOT = 32
 #: room for the job's own; beyond it the oldest go (``Job.events_dropped`` counts them).
 TIMELINE_BASE = 256
 TIMELINE_PER_SLOT = 8
+#: Progress points (``ctx.report``) kept per node while its job runs: at the node's default
+#: pace of one every 2 s, the last 8 minutes; the oldest go first.
+SERIES_POINTS_PER_NODE = 240
+#: ... and per job, whatever its size: a 10,000-node job keeps 20 points a node, not 240.
+SERIES_POINTS_PER_JOB = 200_000
+#: Once a job ends its series are thinned to this many points in all (every k-th kept): a
+#: finished job's charts stay readable, and a thousand finished jobs stay small.
+SERIES_POINTS_FINISHED = 4_000
 
 
 class InvalidTransition(RuntimeError):
@@ -155,6 +163,15 @@ class HeartbeatNode(Event):
     """Journaled only when it carries new metadata (a TensorBoard URL, progress)."""
 
     req: m.Heartbeat
+    conn: int | None = None
+    waiter: Waiter | None = None
+
+
+@dataclass(frozen=True)
+class ProgressNode(Event):
+    """Never journaled: progress figures are for watching, and a restart shows the next ones."""
+
+    req: m.Progress
     conn: int | None = None
     waiter: Waiter | None = None
 
@@ -414,6 +431,14 @@ class Job:
     #: Who submitted the job (an opaque digest of the driver's owner key); only that driver
     #: (or an admin) may see or stop it, and the job's node token is bound to it.
     owner: bytes = b""
+    #: Per executor id: the progress points its nodes reported, ``(time, figures)``, oldest
+    #: first, bounded (see ``SERIES_POINTS_*``).
+    series: dict[int, deque[tuple[float, dict[str, int | float]]]] = field(default_factory=dict)
+    #: Per executor id: its latest figures (shown in status).
+    figures: dict[int, dict[str, int | float]] = field(default_factory=dict)
+    #: Progress reports taken: they change status without bumping ``version`` (which would
+    #: wake every watcher once a second per node), so caches of status key on both.
+    reports: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -518,6 +543,7 @@ class CoordinatorState:
             RegisterNode: self._register,
             ReportNode: self._report,
             HeartbeatNode: self._heartbeat,
+            ProgressNode: self._progress,
             AwaitClusterEvent: self._await_cluster,
             AwaitStopEvent: self._await_stop,
             AwaitJobEvent: self._await_job,
@@ -565,7 +591,9 @@ class CoordinatorState:
             "reason": job.reason.value,
             "registered": job.filled,
             "missing": [self._describe_missing(job, s) for s in job.missing()],
-            "nodes": [n.snapshot() for n in job.nodes()],
+            "nodes": [
+                {**n.snapshot(), "figures": dict(job.figures.get(n.executor_id, {}))} for n in job.nodes()
+            ],
             # Earlier attempts without their metadata: what they showed is of no use now,
             # and it is most of a node's size.
             "history": [{**n.snapshot(), "meta": {}} for s in job.slots for n in s.history],
@@ -996,6 +1024,7 @@ class CoordinatorState:
 
     def _job_ended(self, job: Job, now: float) -> None:
         """Tell everyone waiting on a job that just reached a terminal state."""
+        self._thin_series(job)
         self._refuse_cluster_waits(job)
         self._wake_stops(job)
         self._wake_watchers(job)
@@ -1476,6 +1505,65 @@ class CoordinatorState:
             )
             return
         self._reply(ev.waiter, **self._stop_answer(job, node, r.attempt))
+
+    def _progress(self, ev: ProgressNode) -> None:
+        r = ev.req
+        job = self._job_or_error(r.job, ev.waiter)
+        if job is None:
+            return
+        node = self._node(job, r.executor_id)
+        if node is None or node.attempt != r.attempt:
+            self._error(
+                ev.waiter,
+                ErrorCode.NOT_REGISTERED,
+                f"executor {r.executor_id} attempt {r.attempt} of job {job.id} is not the registered "
+                "node of its slot; only that node may report progress",
+            )
+            return
+        # A finished job's series are thinned and final: late figures are answered, not kept.
+        if not job.terminal:
+            figures = dict(r.figures)
+            job.figures[r.executor_id] = figures
+            job.reports += 1
+            points = job.series.get(r.executor_id)
+            if points is None:
+                cap = max(8, min(SERIES_POINTS_PER_NODE, SERIES_POINTS_PER_JOB // job.spec.size))
+                points = job.series[r.executor_id] = deque(maxlen=cap)
+            points.append((ev.now, figures))
+        self._reply(ev.waiter)
+
+    def series(self, job_id: str, executor_id: int | None = None, since: float = 0.0) -> dict[str, Any]:
+        """A job's progress points per node (raises KeyError if the job is unknown).
+
+        ``since`` keeps only later points (a dashboard polling for what is new).
+        """
+        job = self.jobs[job_id]
+        nodes = []
+        for eid, points in sorted(job.series.items()):
+            if executor_id is not None and eid != executor_id:
+                continue
+            slot = job.slots[eid]
+            nodes.append(
+                {
+                    "executor_id": eid,
+                    "role": slot.role,
+                    "index": slot.index,
+                    "points": [[t, dict(f)] for t, f in points if t > since],
+                }
+            )
+        return {"job": job.id, "state": job.state.value, "nodes": nodes}
+
+    @staticmethod
+    def _thin_series(job: Job) -> None:
+        """Keep evenly spaced points, the first and last of each node among them."""
+        if sum(len(p) for p in job.series.values()) <= SERIES_POINTS_FINISHED:
+            return
+        keep = max(2, SERIES_POINTS_FINISHED // len(job.series))
+        for eid, points in job.series.items():
+            n = len(points)
+            if n > keep:
+                picked = [points[round(i * (n - 1) / (keep - 1))] for i in range(keep)]
+                job.series[eid] = deque(picked, maxlen=keep)
 
     def _update_meta(self, job: Job, node: Node, meta: Mapping[str, Any]) -> bool:
         """Merge what a node says about itself; True (and watchers woken) if anything changed."""

@@ -79,6 +79,18 @@ class TFNodeContext:
     def tf_config(self) -> dict[str, Any]:
         return {"cluster": self.cluster_spec, "task": {"type": self.job_name, "index": self.task_index}}
 
+    def report(self, **figures: int | float) -> bool:
+        """Report progress figures (``ctx.report(step=step, loss=loss)``) for status and the dashboard.
+
+        Call it as often as you like (every step): reports are coalesced and sent to the
+        coordinator about once a second. Up to 16 numbers, named a letter then letters,
+        digits, ``_`` or ``.``; NaN and infinities are skipped. Returns True if this report
+        was passed on (False when rate limited, or outside a tfcoord node).
+        """
+        from .reporting import report
+
+        return report(**figures)
+
     def release_port(self) -> None:
         """Free the reserved TensorFlow port; call it just before starting your own gRPC server.
 

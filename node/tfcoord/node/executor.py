@@ -82,6 +82,8 @@ class NodeSpec:
     working_dir: str = ""
     heartbeat_interval_s: float = 2.0
     wait_timeout_s: float = 600.0
+    #: ``ctx.report`` figures reach the coordinator at most this often.
+    report_interval_s: float = 1.0
     #: InputMode.SPARK: chief, master and worker nodes open a feed port.
     feed: bool = False
     #: TLS toward the coordinator: files each node reads once, when it starts.
@@ -389,6 +391,7 @@ def supervisor_config(
         gpus=gpus,
         heartbeat_interval_s=spec.heartbeat_interval_s,
         wait_timeout_s=spec.wait_timeout_s,
+        report_interval_s=spec.report_interval_s,
         linger_roles=SERVING_ROLES,
         stop_grace_s=STOP_GRACE_S,
         ssl_context=ssl_context,

@@ -108,7 +108,9 @@ class Command(Child):
         launch.port.release()  # the command's TensorFlow server binds it next
         # Killed with this node (a SIGKILLed Mesos executor, an interrupted local engine):
         # the command never outlives the node that reports on it.
-        self._proc = pdeath.popen(self.command, env=self._env(launch), stderr=subprocess.PIPE)
+        self._proc = pdeath.popen(
+            self.command, env=self._env(launch), stderr=subprocess.PIPE, pass_fds=launch.pass_fds
+        )
         self._tail = _Tail(self._proc.stderr, sys.stderr.buffer)
         return self._proc.pid
 
@@ -158,7 +160,9 @@ class ServerCommand(Command):
         ready_r, ready_w = os.pipe()
         env[READY_FD_ENV] = str(ready_w)
         try:
-            self._proc = pdeath.popen(self.command, env=env, stderr=subprocess.PIPE, pass_fds=(ready_w,))
+            self._proc = pdeath.popen(
+                self.command, env=env, stderr=subprocess.PIPE, pass_fds=(ready_w, *launch.pass_fds)
+            )
         except BaseException:
             os.close(ready_r)
             raise

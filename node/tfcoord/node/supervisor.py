@@ -41,6 +41,7 @@ from tfcoord.client.vocab import NodeState
 
 from .gpus import CPU, GpuSelection, select_gpus
 from .ports import PortReservation
+from .reporting import ReportPipe
 
 log = logging.getLogger("tfcoord.node")
 
@@ -81,6 +82,9 @@ class Launch:
     port: PortReservation
     #: ``role:index (executor N, host H)``, for messages.
     node: str
+    #: Descriptors the process must inherit (a command: ``Popen(pass_fds=...)``): the write
+    #: end of the progress pipe, named in ``env`` as ``TFCOORD_REPORT_FD``.
+    pass_fds: tuple[int, ...] = ()
 
 
 class Child(ABC):
@@ -177,6 +181,8 @@ class SupervisorConfig:
     linger_roles: tuple[str, ...] = ()
     stop_grace_s: float = STOP_GRACE_S
     ssl_context: ssl.SSLContext | None = None
+    #: The work's progress reports (``ctx.report``) reach the coordinator at most this often.
+    report_interval_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -358,11 +364,23 @@ class NodeSupervisor:
             "TFCOORD_ROLE": info.role,
             "TFCOORD_TASK_INDEX": str(info.index),
         }
-        with self._lock:
-            if self._stopping(client):
-                return self._report(client, STOPPED, info)
-            pid = self.child.launch(Launch(info, env, port, self.node))
-            self._launched = True
+        reports = ReportPipe(client.progress, cfg.report_interval_s)
+        env.update(reports.env())
+        try:
+            with self._lock:
+                if self._stopping(client):
+                    return self._report(client, STOPPED, info)
+                pid = self.child.launch(Launch(info, env, port, self.node, (reports.write_fd,)))
+                self._launched = True
+            reports.start()
+            return self._watch(client, port, info, pid, reports)
+        finally:
+            reports.close()
+
+    def _watch(
+        self, client: NodeClient, port: PortReservation, info: ClusterInfo, pid: int, reports: ReportPipe
+    ) -> NodeOutcome:
+        cfg = self.config
         port.release()  # our copy, if the child did not take it over already
         if self.child.ready():
             client.report(NodeState.RUNNING, meta={"child_pid": pid})
@@ -370,6 +388,7 @@ class NodeSupervisor:
             self._settled.set()
         ended = self.child.wait()
         self._child_ended.set()
+        reports.close()  # its last figures go before its end, which may end the job
         if self._stopping(client):
             return self._report(client, STOPPED, info)
         if ended.error:
