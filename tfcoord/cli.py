@@ -76,6 +76,7 @@ ADMIN_SUFFIX = ".admin"
 #: Client-side TLS: the CA that signed the coordinator's certificate, and this client's
 #: own certificate and key when the coordinator demands them (mutual TLS).
 TLS_CA_ENV = "TFCOORD_TLS_CA"
+TLS_CA_PEM_ENV = tls.CA_PEM_ENV
 TLS_CERT_ENV = "TFCOORD_TLS_CERT"
 TLS_KEY_ENV = "TFCOORD_TLS_KEY"
 #: systemd names its readiness socket here (Type=notify); see coordinator/sdnotify.py.
@@ -269,10 +270,11 @@ def _admin_config(args: argparse.Namespace) -> ClientConfig:
 def _client_tls() -> ssl.SSLContext | None:
     """The client's TLS context from TFCOORD_TLS_*; None (plaintext) when none is set."""
     ca, cert, key = (os.environ.get(k) or None for k in (TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV))
-    if ca is None and cert is None and key is None:
+    ca_pem = os.environ.get(TLS_CA_PEM_ENV) or None
+    if ca is None and cert is None and key is None and ca_pem is None:
         return None
     try:
-        return tls.client_context(ca, cert, key)
+        return tls.client_context(ca, cert, key, ca_pem=ca_pem)
     except TlsError as e:
         raise UsageError(str(e)) from None
 
@@ -906,8 +908,14 @@ def _submit_mesos(args: argparse.Namespace) -> int:
         quiet = max(logging.WARNING, logging.getLogger().level)  # the job's timeline is printed instead
         logging.getLogger("tfcoord.coordinator").setLevel(quiet)
         logging.getLogger("tfcoord.mesos").setLevel(quiet)
-        embedded = mesos.start_coordinator(config, advertise_host=args.advertise_host, gpus=mjob.gpus)
-        cfg = ClientConfig(embedded.address, embedded.secret)
+        if args.plaintext:
+            log.warning(
+                "the embedded coordinator serves PLAINTEXT (--plaintext): its tasks' traffic is unencrypted"
+            )
+        embedded = mesos.start_coordinator(
+            config, advertise_host=args.advertise_host, gpus=mjob.gpus, plaintext=args.plaintext
+        )
+        cfg = ClientConfig(embedded.address, embedded.secret, mesos.driver_tls(embedded))
     what = "serving tf.distribute.Server" if mjob.server_mode else f"running {' '.join(command)}"
     try:
         with _connect(cfg, args) as driver:
@@ -1199,8 +1207,8 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     sp.add_argument(
         "--plaintext",
         action="store_true",
-        help="local engine, embedded coordinator: serve without TLS (logged as a warning); by default "
-        "it serves TLS with a certificate of its own that its nodes pin",
+        help="local and mesos engines, embedded coordinator: serve without TLS (logged as a warning); "
+        "by default it serves TLS with a certificate of its own that its nodes pin",
     )
     sp.add_argument("--chief", action="store_true", help="add a chief task")
     sp.add_argument("--evaluator", action="store_true", help="add an evaluator task")

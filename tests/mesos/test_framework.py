@@ -184,7 +184,7 @@ def test_mesos_attributes_place_tasks_only_on_matching_agents(monkeypatch: pytes
         job = MesosJob.of([parse_role("worker:1:cpus=0.5,mem=256")], SLEEP, attributes="rack:r3")
         coord = mesos.start_coordinator(config, advertise_host="127.0.0.1")
         try:
-            with DriverClient(coord.address, coord.secret) as driver:
+            with DriverClient(coord.address, coord.secret, ssl_context=mesos.driver_tls(coord)) as driver:
                 jid = driver.submit(job.to_spec(reservation_timeout_s=600.0))
                 status = watch_until(driver, jid, lambda st: any("attribute" in x for x in st["missing"]))
                 [line] = status["missing"]
@@ -373,7 +373,7 @@ def test_a_job_no_offer_can_fit_says_so_in_its_status() -> None:
         job = MesosJob.of([parse_role("ps:1:cpus=1,mem=512"), parse_role("worker:1:gpus=8")], SLEEP)
         coord = mesos.start_coordinator(config, advertise_host="127.0.0.1", gpus=True)
         try:
-            with DriverClient(coord.address, coord.secret) as driver:
+            with DriverClient(coord.address, coord.secret, ssl_context=mesos.driver_tls(coord)) as driver:
                 jid = driver.submit(job.to_spec(reservation_timeout_s=600.0))
                 version, status = 0, driver.status(jid)
                 while not any("needs 8 GPUs" in line for line in status["missing"]):
@@ -434,7 +434,7 @@ def test_scalar_gpu_tasks_under_docker_get_an_agent_each() -> None:
         )
         coord = mesos.start_coordinator(config, advertise_host="127.0.0.1", gpus=True)
         try:
-            with DriverClient(coord.address, coord.secret) as driver:
+            with DriverClient(coord.address, coord.secret, ssl_context=mesos.driver_tls(coord)) as driver:
                 jid = driver.submit(job.to_spec(reservation_timeout_s=600.0))
                 status = watch_until(
                     driver, jid, lambda st: any("agent of its own" in x for x in st["missing"])

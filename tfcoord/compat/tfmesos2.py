@@ -405,6 +405,7 @@ def cluster(
     ca_file: str | None = None,
     command: Sequence[str] = (),
     name: str = "tfmesos2",
+    plaintext: bool = False,
 ) -> Iterator[Cluster]:
     """Run a TensorFlow cluster on Mesos for the duration of the ``with`` block.
 
@@ -421,7 +422,9 @@ def cluster(
     ``env`` and ``fetcher`` come from the ``TFCOORD_MESOS_*`` variables, else these
     defaults. tfcoord adds ``master`` (overrides MESOS_MASTER), ``image`` (overrides
     DOCKER_IMAGE), ``python`` (the tasks' interpreter), ``ca_file`` (the masters' CA) and
-    ``command`` (run it in every task with TF_CONFIG set instead of serving).
+    ``command`` (run it in every task with TF_CONFIG set instead of serving). The
+    coordinator it embeds serves TLS with a CA of its own, which the tasks pin (tfmesos2's
+    is plaintext); ``plaintext=True`` opts out, logged as a warning.
 
     Raises:
         MesosError: the framework cannot subscribe (e.g. wrong credentials: HTTP 401).
@@ -448,12 +451,16 @@ def cluster(
             logging.basicConfig(level=loglevel, format=TFMESOS2_LOG_FORMAT)
         logging.getLogger("tfcoord").setLevel(loglevel)
     advertise = client_ip or mesos.default_advertise_host()
+    if plaintext:
+        logging.getLogger("tfcoord").warning(
+            "the embedded coordinator serves PLAINTEXT (plaintext=True): its tasks' traffic is unencrypted"
+        )
     coord: EmbeddedCoordinator = mesos.start_coordinator(
-        config, host="0.0.0.0", port=port or 0, advertise_host=advertise, gpus=mjob.gpus
+        config, host="0.0.0.0", port=port or 0, advertise_host=advertise, gpus=mjob.gpus, plaintext=plaintext
     )
     c: Cluster | None = None
     try:
-        with DriverClient(coord.address, coord.secret) as driver:
+        with DriverClient(coord.address, coord.secret, ssl_context=mesos.driver_tls(coord)) as driver:
             job = driver.submit(mjob.to_spec(name=name, reservation_timeout_s=readiness_timeout))
             try:
                 status = mesos.wait_running(driver, job, timeout_s=readiness_timeout + mesos.RUNNING_GRACE_S)

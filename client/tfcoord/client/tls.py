@@ -104,6 +104,11 @@ def server_context(
     return ctx
 
 
+#: A pinned CA certificate itself (PEM text), for nodes on hosts where no file of it
+#: exists: an embedded coordinator's Mesos tasks get its ephemeral CA this way.
+CA_PEM_ENV = "TFCOORD_TLS_CA_PEM"
+
+
 def client_context(
     ca_file: PathLike | None = None,
     cert_file: PathLike | None = None,

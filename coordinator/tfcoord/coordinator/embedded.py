@@ -13,7 +13,7 @@ import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from tfcoord.client import auth
+from tfcoord.client import auth, tls
 
 from .server import (
     DEFAULT_MAX_HTTP_CONNECTIONS,
@@ -107,6 +107,12 @@ class EmbeddedCoordinator:
         #: Sees and stops every job (drivers only their own); never given to executors.
         self.admin_secret = admin_secret or auth.new_secret()
         engines: tuple[EngineFactory, ...] = ()
+        if mesos is not None and self.ca_pem is not None:
+            import dataclasses
+
+            # Its tasks run on other hosts: the CA they pin travels in their environment
+            # (public, unlike the job token beside it).
+            mesos = dataclasses.replace(mesos, env=(*mesos.env, (tls.CA_PEM_ENV, self.ca_pem)))
         if mesos is not None:
             from .mesos.plugin import MesosEngineFactory
 

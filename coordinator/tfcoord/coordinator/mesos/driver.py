@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from tfcoord.client import DriverClient
+from tfcoord.client import DriverClient, tls
 from tfcoord.client.client import check_outcome
 from tfcoord.client.errors import DeadlineExceeded
 from tfcoord.client.progress import TimelineLines
@@ -52,8 +52,13 @@ def start_coordinator(
     port: int = 0,
     advertise_host: str | None = None,
     gpus: bool = False,
+    plaintext: bool = False,
 ) -> EmbeddedCoordinator:
     """An embedded coordinator running the Mesos framework, subscribed when this returns.
+
+    It serves TLS with a certificate of its own (``ephemeral_tls``); its tasks pin the CA
+    (``TFCOORD_TLS_CA_PEM`` in their environment) and so must the driver
+    (:func:`driver_tls`). ``plaintext`` opts out, with a warning.
 
     Raises:
         MesosError: the framework could not subscribe (credentials, TLS, no master).
@@ -64,7 +69,13 @@ def start_coordinator(
         advertise_host=advertise_host or default_advertise_host(),
         mesos=config,
         mesos_gpus=gpus,
+        ephemeral_tls=not plaintext,
     ).start()
+
+
+def driver_tls(coord: EmbeddedCoordinator) -> ssl.SSLContext | None:
+    """The driver's TLS context toward ``coord``: its own CA pinned; None if it serves plaintext."""
+    return tls.client_context(ca_pem=coord.ca_pem) if coord.ca_pem else None
 
 
 def await_state(
