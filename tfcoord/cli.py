@@ -6,6 +6,7 @@
     tfcoord env-check [--address A] [--secret-file S]
     tfcoord status  [JOB]
     tfcoord stop    JOB [--dry-run] [--reason TEXT]
+    tfcoord logs    JOB [--node ROLE:I] [--follow]
     tfcoord submit  --engine local --workers N [--ps N] [--chief] [--evaluator] -- COMMAND...
     tfcoord submit  --engine spark --num-executors N -- [python] script.py [ARGS...]
     tfcoord submit  --engine mesos --job ps:1:cpus=1,mem=1024 --job worker:2:cpus=2,mem=4096,gpus=1 [-- COMMAND...]
@@ -60,6 +61,7 @@ from tfcoord.client import (
     make_roles,
     tls,
 )
+from tfcoord.client.messages import MAX_LOGS_REPLY
 from tfcoord.client.progress import describe
 from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import JobState
@@ -656,6 +658,55 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``tfcoord logs --follow`` asks again this often while the job runs.
+LOGS_POLL_S = 0.5
+
+
+def _node_executor(st: JobStatus, node: str) -> int:
+    """The executor id of ``ROLE:I`` in a job (its slot's, whether or not a node holds it)."""
+    role, _, index = node.partition(":")
+    slots = [(r, i) for r, c in st.wire["roles"] for i in range(c)]
+    if not index.isdigit() or (role, int(index)) not in slots:
+        names = ", ".join(f"{r}:0-{c - 1}" if c > 1 else f"{r}:0" for r, c in st.wire["roles"])
+        raise UsageError(f"--node {node!r} is not a node of job {st.wire['job']}; its nodes are {names}")
+    return slots.index((role, int(index)))
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    cfg = _admin_config(args)
+    with _connect(cfg, args, role="admin") as c:
+        st = c.status(args.job)
+        eid = _node_executor(st, args.node) if args.node else -1
+        since, warned = 0, set()
+        while True:
+            got = c.logs(args.job, executor_id=eid, since=since)
+            names = {n["executor_id"]: f"{n['role']}:{n['index']}" for n in got["nodes"]}
+            for n in got["nodes"]:
+                if n["dropped"] and n["executor_id"] not in warned:
+                    warned.add(n["executor_id"])
+                    line = f"[{n['dropped']} earlier lines of {names[n['executor_id']]} dropped: the coordinator keeps the last ones]"
+                    print(
+                        json.dumps({"node": names[n["executor_id"]], "marker": line}) if args.json else line
+                    )
+            for _, t, e, stream, text in got["lines"]:
+                if args.json:
+                    print(
+                        json.dumps({"time": t, "node": names.get(e, str(e)), "stream": stream, "text": text})
+                    )
+                else:
+                    # Lines arrive escaped (no control characters): printed as they are, they
+                    # can neither forge a line nor drive the terminal.
+                    print(f"{names.get(e, e)} {'!' if stream == 'stderr' else '|'} {text}")
+            sys.stdout.flush()
+            more = got["next"] > since and len(got["lines"]) >= MAX_LOGS_REPLY
+            since = got["next"]
+            if more:
+                continue
+            if not args.follow or JobState(got["state"]).terminal:
+                return 0
+            time.sleep(LOGS_POLL_S)
+
+
 def _table(rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
@@ -1161,6 +1212,18 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     admin_flag(sp)
     sp.add_argument("job", nargs="?")
     sp.set_defaults(fn=cmd_status)
+
+    sp = command(
+        "logs",
+        "show the output (stdout and stderr) of a job's nodes",
+        json_help="one JSON object a line: time, node, stream, text",
+    )
+    client_flags(sp)
+    admin_flag(sp)
+    sp.add_argument("job")
+    sp.add_argument("--node", metavar="ROLE:I", help="one node's output only (e.g. worker:1)")
+    sp.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the job ends")
+    sp.set_defaults(fn=cmd_logs)
 
     sp = command("stop", "stop a job gracefully (streaming jobs)", json_help="the answer as JSON")
     client_flags(sp)

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,3 +239,39 @@ def test_foreign_state_dir_is_refused(tmp_path):
         timeout=60,
     )
     assert out.returncode == 2 and "not a readable tfcoord journal" in out.stderr
+
+
+def test_logs_of_a_real_two_node_local_job(served):
+    code = (
+        "import os, sys\n"
+        "n = os.environ['TFCOORD_ROLE'] + ':' + os.environ['TFCOORD_TASK_INDEX']\n"
+        "print('hello from', n, flush=True)\n"
+        "print('\\x1b[31mwarning from', n, file=sys.stderr, flush=True)\n"
+    )
+    out = served.cli(
+        "submit", "--engine", "local", "--workers", "2", "--json", "--", sys.executable, "-c", code
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = json.loads(out.stdout)["job"]
+    every = served.cli("logs", job)
+    assert every.returncode == 0, every.stderr
+    lines = every.stdout.splitlines()
+    assert sorted(lines) == sorted(
+        [
+            "worker:0 | hello from worker:0",
+            "worker:0 ! \\x1b[31mwarning from worker:0",
+            "worker:1 | hello from worker:1",
+            "worker:1 ! \\x1b[31mwarning from worker:1",
+        ]
+    ), every.stdout
+    one = served.cli("logs", job, "--node", "worker:1", "--json")
+    assert [json.loads(x)["text"] for x in one.stdout.splitlines()] == [
+        "hello from worker:1",
+        "\\x1b[31mwarning from worker:1",
+    ] or sorted(json.loads(x)["text"] for x in one.stdout.splitlines()) == [
+        "\\x1b[31mwarning from worker:1",
+        "hello from worker:1",
+    ]
+    assert served.cli("logs", job, "--follow").stdout == every.stdout  # the job has ended: no waiting
+    bad = served.cli("logs", job, "--node", "worker:7")
+    assert bad.returncode == 2 and "its nodes are worker:0-1" in bad.stderr and "Traceback" not in bad.stderr

@@ -259,6 +259,12 @@ def test_jobs_one_job_and_its_events(http_coord):
             later = fetch(base, f"/v1/jobs/{job}/progress?since={points[0][0]}").json["nodes"][0]["points"]
             assert later == points[1:] or points[0][0] == points[1][0]  # same-instant points both go
 
+            w0.send_logs("stderr", ["epoch 1 \\x1b[0m", "epoch 2"], dropped=4)
+            logs = conforms(fetch(base, f"/v1/jobs/{job}/logs?node=1"), "/v1/jobs/{job}/logs")
+            assert [x[3:] for x in logs["lines"]] == [["stderr", "epoch 1 \\x1b[0m"], ["stderr", "epoch 2"]]
+            assert logs["nodes"] == [{"executor_id": 1, "role": "worker", "index": 0, "dropped": 4}]
+            assert fetch(base, f"/v1/jobs/{job}/logs?since={logs['next']}").json["lines"] == []
+
             w0.report("failed", error="Traceback (most recent call last):\nValueError: loss is NaN")
             failed = conforms(fetch(base, f"/v1/jobs/{job}"), "/v1/jobs/{job}")
             assert failed["state"] == "FAILED" and "loss is NaN" in failed["error"]
@@ -291,6 +297,10 @@ def test_malformed_input_is_400_and_unknown_ids_and_paths_are_404(http_coord):
         ("/v1/jobs/no-such-job/events?since=-1", "/v1/jobs/{job}/events", 400),
         ("/v1/jobs/no-such-job/events?since=abc", "/v1/jobs/{job}/events", 400),
         ("/v1/jobs/no-such-job/progress", "/v1/jobs/{job}/progress", 404),
+        ("/v1/jobs/no-such-job/logs", "/v1/jobs/{job}/logs", 404),
+        ("/v1/jobs/no-such-job/logs?since=x", "/v1/jobs/{job}/logs", 400),
+        ("/v1/jobs/no-such-job/logs?limit=0", "/v1/jobs/{job}/logs", 400),
+        ("/v1/jobs/no-such-job/logs?node=-1", "/v1/jobs/{job}/logs", 400),
         ("/v1/jobs/no-such-job/progress?since=nan", "/v1/jobs/{job}/progress", 400),
         ("/v1/jobs/no-such-job/progress?since=-5", "/v1/jobs/{job}/progress", 400),
         ("/v1/jobs/no-such-job/progress?until=1", "/v1/jobs/{job}/progress", 400),

@@ -273,3 +273,27 @@ def test_ctx_report_reaches_status_and_the_series_and_a_command_reports_too(coor
         assert sup.run().state == SUCCEEDED  # the last figures are sent as the node ends, not 5 s later
         status = d.await_job(job, WAIT_S)
     assert status["nodes"][0]["figures"] == {"step": 7, "examples_per_s": 125.5}
+
+
+def _prints(args, ctx):
+    print(f"hello from {ctx.job_name}:{ctx.task_index}", flush=True)
+    print("\x1b[2Jcleared?", file=sys.stderr, flush=True)
+    return {}
+
+
+def test_the_output_of_map_fun_and_of_a_command_reaches_the_coordinator_escaped(coordinator):
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(js := JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        assert start_node(_spec(coordinator, d, job, js, _prints), 0).wait(WAIT_S).state == SUCCEEDED
+        got = d.logs(job)
+    assert [(x[3], x[4]) for x in got["lines"]] == [
+        ("stdout", "hello from worker:0"),
+        ("stderr", "\\x1b[2Jcleared?"),
+    ]
+    code = "import sys\nprint('out line')\nprint('err line', file=sys.stderr)\nsys.exit(3)"
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        outcome = NodeSupervisor(_config(coordinator, d, job, 0), _python(code)).run()
+        got = d.logs(job)
+    assert outcome.state == FAILED and "err line" in outcome.error  # the error text is still the stderr tail
+    assert sorted((x[3], x[4]) for x in got["lines"]) == [("stderr", "err line"), ("stdout", "out line")]

@@ -105,6 +105,8 @@ SAMPLES: list[m.Message] = [
     REPORT,
     HEARTBEAT,
     m.Progress(id=12, job="job-1", executor_id=1, attempt=2, figures={"step": 40, "loss": 0.125}),
+    m.NodeLogs(id=13, job="job-1", executor_id=1, attempt=2, stream="stderr", lines=("a", "b\tc"), dropped=3),
+    m.GetLogs(id=14, job="job-1", executor_id=1, since=10, limit=100),
     m.AwaitStop(id=11, job="job-1", executor_id=1, attempt=2, timeout_s=3600),
     REPLY,
     CLUSTER_REPLY,

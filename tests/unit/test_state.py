@@ -242,6 +242,9 @@ class Harness:
     def heartbeat(self, eid: int, job: str = "j", **kw: Any) -> Call:
         return self._node_call(s.HeartbeatNode, m.Heartbeat, eid, job, **kw)
 
+    def node_logs(self, eid: int, *lines: str, job: str = "j", stream: str = "stdout", **kw: Any) -> Call:
+        return self._node_call(s.NodeLogsEvent, m.NodeLogs, eid, job, stream=stream, lines=lines, **kw)
+
     def progress(self, eid: int, job: str = "j", **kw: Any) -> Call:
         return self._node_call(s.ProgressNode, m.Progress, eid, job, **kw)
 
@@ -2058,3 +2061,64 @@ def test_progress_figures_are_checked_on_the_wire() -> None:
         "loss": 0.5,
         "step": 3,
     }
+
+
+# -- node output (tfcoord logs) -------------------------------------------------------------
+
+
+def test_node_output_is_kept_numbered_and_read_from_a_line_on(h: Harness) -> None:
+    h.run()
+    before = len(h.journal)
+    assert h.node_logs(0, "hello", "world").result == {}
+    h.node_logs(1, "oops", stream="stderr", now=T0 + 1)
+    h.node_logs(0, "again", now=T0 + 2)
+    assert len(h.journal) == before  # output is not journaled
+    got = h.state.logs("j")
+    assert got["lines"] == [
+        [0, T0, 0, "stdout", "hello"],
+        [1, T0, 0, "stdout", "world"],
+        [2, T0 + 1, 1, "stderr", "oops"],
+        [3, T0 + 2, 0, "stdout", "again"],
+    ]
+    assert got["next"] == 4 and [n["dropped"] for n in got["nodes"]] == [0, 0]
+    assert [x[4] for x in h.state.logs("j", executor_id=0, since=1)["lines"]] == ["world", "again"]
+    page = h.state.logs("j", limit=3)
+    assert len(page["lines"]) == 3 and page["next"] == 3
+    assert h.state.logs("j", since=4)["lines"] == [] and h.state.logs("j", since=4)["next"] == 4
+    answer = h.handle(s.GetLogsEvent(now=h.now, req=m.GetLogs(id=1, job="j", since=3), waiter=(900, 1)))
+    assert [e.msg.result["lines"] for e in answer if isinstance(e, s.Send)] == [
+        [[3, T0 + 2, 0, "stdout", "again"]]
+    ]
+
+
+def test_node_output_is_bounded_with_the_drops_counted(h: Harness, monkeypatch) -> None:
+    monkeypatch.setattr(s, "LOG_LINES_PER_NODE", 100)
+    monkeypatch.setattr(s, "LOG_LINES_FINISHED", 100)
+    h.run()
+    for i in range(5):
+        h.node_logs(0, *(f"line {i * 50 + j}" for j in range(50)), dropped=2 if i == 4 else 0)
+    got = h.state.logs("j", executor_id=0)
+    assert len(got["lines"]) == 100 and got["lines"][-1][4] == "line 249" and got["lines"][0][4] == "line 150"
+    assert got["nodes"][0]["dropped"] == 150 + 2  # by the bound here, and by the node itself
+    assert h.progress(0, attempt=5, figures={"x": 1}).error.code == "not_registered"
+    assert h.node_logs(0, "forged", attempt=5).error.code == "not_registered"
+    h.node_logs(1, "one line")  # two nodes share what a finished job keeps
+    h.report(0, "succeeded")
+    h.report(1, "succeeded")
+    assert h.job().terminal
+    kept = h.state.logs("j", executor_id=0)
+    assert (
+        len(kept["lines"]) == 50 and kept["nodes"][0]["dropped"] == 152 + 50
+    )  # 100 shared by 2 nodes... at least 50 each
+    h.node_logs(0, "late words")  # kept after the end too, within the bound
+    assert h.state.logs("j", executor_id=0)["lines"][-1][4] == "late words"
+
+
+def test_log_lines_with_control_characters_or_too_long_are_refused_on_the_wire() -> None:
+    ids = {"id": 1, "job": "j", "executor_id": 0, "attempt": 0, "stream": "stdout"}
+    for bad in ([], ["two\nlines"], ["\x1b[31mred"], ["cr\r"], ["x" * (m.MAX_LOG_LINE + 1)], ["l"] * 257):
+        with pytest.raises(m.RemoteProtocolError):
+            m.decode({"op": "node_logs", **ids, "lines": bad})
+    with pytest.raises(m.RemoteProtocolError):
+        m.decode({"op": "node_logs", **{**ids, "stream": "stdin"}, "lines": ["a"]})
+    assert m.decode({"op": "node_logs", **ids, "lines": ["tab\tok"]}).lines == ("tab\tok",)

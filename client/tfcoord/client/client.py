@@ -590,6 +590,20 @@ class DriverClient(Client):
         result = _result(self.request(lambda i: m.Status(id=i, job=job)))
         return JobList.decode(result) if job is None else JobStatus.decode(result)
 
+    def logs(
+        self, job: str, *, executor_id: int = -1, since: int = 0, limit: int = m.MAX_LOGS_REPLY
+    ) -> dict[str, Any]:
+        """The output of a job's nodes from line ``since`` on (see ``GetLogs``): ``lines`` as
+        ``[seq, time, executor_id, stream, text]``, ``nodes`` with their ``dropped`` counts,
+        ``next`` for the following call."""
+        return dict(
+            _result(
+                self.request(
+                    lambda i: m.GetLogs(id=i, job=job, executor_id=executor_id, since=since, limit=limit)
+                )
+            )
+        )
+
     def jobs(self) -> tuple[JobSummary, ...]:
         """Every job this client may see."""
         return self.status(None).jobs
@@ -771,6 +785,12 @@ class NodeClient(Client):
             )
         )
         return Reported.decode(_result(reply))
+
+    def send_logs(self, stream: str, lines: Sequence[str], dropped: int = 0) -> None:
+        """Send lines of the work's output (escaped, each at most ``MAX_LOG_LINE`` long)."""
+        self.request(
+            lambda i: m.NodeLogs(id=i, stream=stream, lines=tuple(lines), dropped=dropped, **self._ids())
+        )
 
     def progress(self, figures: Mapping[str, int | float]) -> None:
         """Send what the node's work reported (step, loss, ...); see ``tfcoord.node.reporting``."""

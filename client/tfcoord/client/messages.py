@@ -46,6 +46,15 @@ MAX_META_ENTRIES = 32
 MAX_FIGURES = 16
 #: A figure's name: short, plain (it becomes a chart's label and a JSON key).
 FIGURE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,31}")
+#: Log lines one message carries, and how long each may be (the node cuts longer ones).
+MAX_LOG_LINES = 256
+MAX_LOG_LINE = MAX_TEXT_LEN
+#: Log lines one answer to ``get_logs`` carries at most (a frame, not a flood).
+MAX_LOGS_REPLY = 2000
+LOG_STREAMS = ("stdout", "stderr")
+#: Control characters a log line may not hold (tabs may): the node escapes them, so a
+#: line can neither forge another line nor drive the terminal that shows it.
+LOG_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 #: No single wait may outlive a week; longer is a bug in the caller, not a plan.
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 #: Request ids are unsigned 32-bit so they fit msgpack's compact int forms.
@@ -219,6 +228,16 @@ def _figures(v: Any) -> None:
             raise ValueError(f"{k} must be a finite number, not {x}")
         if isinstance(x, int) and not -(2**63) <= x < 2**63:
             raise ValueError(f"{k} is out of the 64-bit range")
+
+
+def _log_lines(v: Any) -> None:
+    if not isinstance(v, tuple) or not 0 < len(v) <= MAX_LOG_LINES:
+        raise ValueError(f"must be a list of 1 to {MAX_LOG_LINES} lines")
+    for x in v:
+        if not isinstance(x, str) or len(x) > MAX_LOG_LINE:
+            raise ValueError(f"must hold strings of at most {MAX_LOG_LINE} characters")
+        if LOG_CONTROL_RE.search(x):
+            raise ValueError("must not hold line breaks or control characters (escape them)")
 
 
 def _job_spec(v: Any) -> None:
@@ -777,6 +796,34 @@ class Progress(NodeRequest):
 
 
 @dataclass(frozen=True)
+class NodeLogs(NodeRequest):
+    """Lines of output of a node's work, answered at once; never journaled.
+
+    ``dropped`` counts lines the node itself dropped since its last message (it buffers a
+    bounded number while the coordinator is slow or away).
+    """
+
+    op: ClassVar[str] = "node_logs"
+    stream: str = _f(_choice(LOG_STREAMS))
+    lines: tuple[str, ...] = _f(_log_lines)
+    dropped: int = _f(_int(0, 2**31), default=0)
+
+
+@dataclass(frozen=True)
+class GetLogs(Request):
+    """A job's node output: lines numbered ``since`` and later, oldest first, at most ``limit``.
+
+    ``executor_id`` -1: every node's. The answer's ``next`` is the ``since`` of the next call.
+    """
+
+    op: ClassVar[str] = "get_logs"
+    job: str = _f(_ident)
+    executor_id: int = _f(_int(-1, MAX_NODES_PER_JOB - 1), default=-1)
+    since: int = _f(_int(0, 2**62), default=0)
+    limit: int = _f(_int(1, MAX_LOGS_REPLY), default=MAX_LOGS_REPLY)
+
+
+@dataclass(frozen=True)
 class AwaitStop(NodeRequest):
     """Answered when this node must stop (stop requested, job failed or done), or at the deadline."""
 
@@ -835,6 +882,8 @@ OPS: dict[str, type[Message]] = {
         Report,
         Heartbeat,
         Progress,
+        NodeLogs,
+        GetLogs,
         AwaitStop,
         Reply,
         ClusterReply,
@@ -843,11 +892,11 @@ OPS: dict[str, type[Message]] = {
 }
 
 #: Which requests each authenticated role may send.
-DRIVER_OPS = frozenset({Submit, AwaitJob, WatchJob, StopJob, Status})
+DRIVER_OPS = frozenset({Submit, AwaitJob, WatchJob, StopJob, Status, GetLogs})
 # A node may stop its own job (DataFeed.terminate() in a streaming job); the server
 # refuses any op of a node connection that names another job.
-NODE_OPS = frozenset({Register, AwaitCluster, Report, Heartbeat, Progress, AwaitStop, StopJob})
-ADMIN_OPS = frozenset({AwaitJob, WatchJob, StopJob, Status})  # read and stop, never submit
+NODE_OPS = frozenset({Register, AwaitCluster, Report, Heartbeat, Progress, NodeLogs, AwaitStop, StopJob})
+ADMIN_OPS = frozenset({AwaitJob, WatchJob, StopJob, Status, GetLogs})  # read and stop, never submit
 ALLOWED_OPS = {"driver": DRIVER_OPS, "node": NODE_OPS, "admin": ADMIN_OPS}
 
 _FIELDS = {cls: {f.name: f for f in dataclasses.fields(cls)} for cls in OPS.values()}
@@ -878,7 +927,7 @@ def decode(m: Any) -> Message:
                 v = JobSpec.from_wire(v)
             except ProtocolError as e:
                 raise RemoteProtocolError(str(e)) from None
-        elif k == "gpus" and isinstance(v, list):
+        elif k in ("gpus", "lines") and isinstance(v, list):
             v = tuple(v)
         kw[k] = v
     try:

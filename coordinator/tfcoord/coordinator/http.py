@@ -375,6 +375,33 @@ class _Api:
         job = _job(self.server, job_id)
         return _json(self.server.state.series(job.id, since=since))
 
+    async def logs(self, request: web.Request) -> web.Response:
+        q = _query(request, frozenset({"since", "node", "limit"}))
+        job_id = _job_id(request)
+        since, limit, eid = 0, m.MAX_LOGS_REPLY, -1
+        for key in ("since", "limit", "node"):
+            if key in q:
+                v = q[key]
+                if not v.isdigit() or len(v) > 12 or (key == "limit" and not 1 <= int(v) <= m.MAX_LOGS_REPLY):
+                    what = {
+                        "since": "a line number (the previous answer's next)",
+                        "limit": f"a number from 1 to {m.MAX_LOGS_REPLY}",
+                        "node": "an executor id",
+                    }[key]
+                    raise ApiError(400, ErrorCode.BAD_REQUEST, f"{key} must be {what}, not {v[:40]!r}")
+        since = int(q.get("since", 0))
+        limit = int(q.get("limit", m.MAX_LOGS_REPLY))
+        job = _job(self.server, job_id)
+        if "node" in q:
+            eid = int(q["node"])
+            if eid >= len(job.slots):
+                raise ApiError(
+                    400,
+                    ErrorCode.BAD_REQUEST,
+                    f"job {job.id} has executors 0 to {len(job.slots) - 1}, not {eid}",
+                )
+        return _json(self.server.state.logs(job.id, eid, since, limit))
+
 
 def _csp_hashes(html: str, tag: str) -> str:
     bodies = re.findall(rf"<{tag}>(.*?)</{tag}>", html, flags=re.S)
@@ -426,6 +453,7 @@ def make_app(server: CoordinatorServer, token: bytes) -> web.Application:
     app.router.add_get("/v1/jobs/{job}", api.job)
     app.router.add_get("/v1/jobs/{job}/events", api.events)
     app.router.add_get("/v1/jobs/{job}/progress", api.progress)
+    app.router.add_get("/v1/jobs/{job}/logs", api.logs)
 
     async def attach(app: web.Application) -> None:
         metrics.attach()

@@ -93,7 +93,9 @@ MAX_PENDING_PER_CONNECTION = 64
 COMMIT_RETRY_S = 1.0
 #: Liveness events: their replies skip the group commit when they depend on nothing
 #: uncommitted, so a registration burst's commits never delay another job's heartbeats.
-_LIVENESS = frozenset({s.HeartbeatNode, s.ProgressNode, s.ReportNode, s.AwaitStopEvent, s.AwaitClusterEvent})
+_LIVENESS = frozenset(
+    {s.HeartbeatNode, s.ProgressNode, s.NodeLogsEvent, s.ReportNode, s.AwaitStopEvent, s.AwaitClusterEvent}
+)
 #: Requests read and handled whatever the bulk budget says (see ``bulk_allowed``).
 _LIVENESS_OPS = frozenset({m.Heartbeat, m.Report})
 #: Bulk work (handshakes, registrations, waits) per event-loop turn, and the time spent
@@ -644,6 +646,8 @@ class CoordinatorServer:
             m.Report: lambda p, r, now: s.ReportNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
             m.Heartbeat: lambda p, r, now: s.HeartbeatNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
             m.Progress: lambda p, r, now: s.ProgressNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+            m.NodeLogs: lambda p, r, now: s.NodeLogsEvent(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+            m.GetLogs: lambda p, r, now: s.GetLogsEvent(now=now, req=r, waiter=(p.id, r.id), viewer=p.viewer),
             m.AwaitCluster: lambda p, r, now: s.AwaitClusterEvent(
                 now=now, req=r, conn=p.id, waiter=(p.id, r.id)
             ),

@@ -103,6 +103,12 @@ SERIES_POINTS_PER_JOB = 200_000
 #: Once a job ends its series are thinned to this many points in all (every k-th kept): a
 #: finished job's charts stay readable, and a thousand finished jobs stay small.
 SERIES_POINTS_FINISHED = 4_000
+#: Output lines of its work kept per node (the newest; a marker says how many went) ...
+LOG_LINES_PER_NODE = 2_000
+#: ... and per job: a 1,000-node job keeps 100 lines a node.
+LOG_LINES_PER_JOB = 100_000
+#: Once a job ends each node keeps its last lines of these, shared (at least 50 a node).
+LOG_LINES_FINISHED = 20_000
 
 
 class InvalidTransition(RuntimeError):
@@ -174,6 +180,22 @@ class ProgressNode(Event):
     req: m.Progress
     conn: int | None = None
     waiter: Waiter | None = None
+
+
+@dataclass(frozen=True)
+class NodeLogsEvent(Event):
+    """Never journaled: a restarted coordinator shows the output that came after it."""
+
+    req: m.NodeLogs
+    conn: int | None = None
+    waiter: Waiter | None = None
+
+
+@dataclass(frozen=True)
+class GetLogsEvent(Event):
+    req: m.GetLogs
+    waiter: Waiter
+    viewer: Viewer = None
 
 
 @dataclass(frozen=True)
@@ -439,6 +461,12 @@ class Job:
     #: Progress reports taken: they change status without bumping ``version`` (which would
     #: wake every watcher once a second per node), so caches of status key on both.
     reports: int = 0
+    #: Per executor id: its output lines ``(seq, time, stream, text)``, oldest first, bounded.
+    logs: dict[int, deque[tuple[int, float, str, str]]] = field(default_factory=dict)
+    #: Per executor id: lines dropped (by the bound here, or by the node before sending).
+    logs_dropped: dict[int, int] = field(default_factory=dict)
+    #: The number the next log line of this job gets (``get_logs``'s ``since``).
+    log_seq: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -544,6 +572,8 @@ class CoordinatorState:
             ReportNode: self._report,
             HeartbeatNode: self._heartbeat,
             ProgressNode: self._progress,
+            NodeLogsEvent: self._node_logs,
+            GetLogsEvent: self._get_logs,
             AwaitClusterEvent: self._await_cluster,
             AwaitStopEvent: self._await_stop,
             AwaitJobEvent: self._await_job,
@@ -1025,6 +1055,7 @@ class CoordinatorState:
     def _job_ended(self, job: Job, now: float) -> None:
         """Tell everyone waiting on a job that just reached a terminal state."""
         self._thin_series(job)
+        self._trim_logs(job)
         self._refuse_cluster_waits(job)
         self._wake_stops(job)
         self._wake_watchers(job)
@@ -1552,6 +1583,85 @@ class CoordinatorState:
                 }
             )
         return {"job": job.id, "state": job.state.value, "nodes": nodes}
+
+    def _node_logs(self, ev: NodeLogsEvent) -> None:
+        r = ev.req
+        job = self._job_or_error(r.job, ev.waiter)
+        if job is None:
+            return
+        node = self._node(job, r.executor_id)
+        if node is None or node.attempt != r.attempt:
+            self._error(
+                ev.waiter,
+                ErrorCode.NOT_REGISTERED,
+                f"executor {r.executor_id} attempt {r.attempt} of job {job.id} is not the registered "
+                "node of its slot; only that node may send its output",
+            )
+            return
+        # Kept after the job ended too (its last words often come then), within the bound.
+        lines = job.logs.get(r.executor_id)
+        if lines is None:
+            cap = max(50, min(LOG_LINES_PER_NODE, LOG_LINES_PER_JOB // job.spec.size))
+            lines = job.logs[r.executor_id] = deque(maxlen=cap)
+        dropped = r.dropped + max(0, len(lines) + len(r.lines) - (lines.maxlen or 0))
+        if dropped:
+            job.logs_dropped[r.executor_id] = job.logs_dropped.get(r.executor_id, 0) + dropped
+        for text in r.lines:
+            lines.append((job.log_seq, ev.now, r.stream, text))
+            job.log_seq += 1
+        self._reply(ev.waiter)
+
+    def logs(
+        self, job_id: str, executor_id: int = -1, since: int = 0, limit: int = m.MAX_LOGS_REPLY
+    ) -> dict[str, Any]:
+        """A job's node output from line ``since`` on, oldest first, at most ``limit`` lines
+        (raises KeyError if the job is unknown)."""
+        job = self.jobs[job_id]
+        picked: list[tuple[int, float, int, str, str]] = []
+        nodes = []
+        for eid, lines in sorted(job.logs.items()):
+            if executor_id >= 0 and eid != executor_id:
+                continue
+            slot = job.slots[eid]
+            nodes.append(
+                {
+                    "executor_id": eid,
+                    "role": slot.role,
+                    "index": slot.index,
+                    "dropped": job.logs_dropped.get(eid, 0),
+                }
+            )
+            for seq, t, stream, text in reversed(lines):
+                if seq < since:
+                    break
+                picked.append((seq, t, eid, stream, text))
+        picked.sort()
+        more = len(picked) > limit
+        picked = picked[:limit]
+        return {
+            "job": job.id,
+            "state": job.state.value,
+            "nodes": nodes,
+            "lines": [list(x) for x in picked],
+            "next": picked[-1][0] + 1 if more else max(since, job.log_seq),
+        }
+
+    def _get_logs(self, ev: GetLogsEvent) -> None:
+        r = ev.req
+        if self._job_or_error(r.job, ev.waiter, ev.viewer) is not None:
+            self._reply(ev.waiter, **self.logs(r.job, r.executor_id, r.since, r.limit))
+
+    @staticmethod
+    def _trim_logs(job: Job) -> None:
+        if not job.logs:
+            return
+        keep = max(50, LOG_LINES_FINISHED // len(job.logs))
+        for eid, lines in job.logs.items():
+            if (lines.maxlen or 0) > keep:
+                gone = max(0, len(lines) - keep)
+                if gone:
+                    job.logs_dropped[eid] = job.logs_dropped.get(eid, 0) + gone
+                job.logs[eid] = deque(list(lines)[-keep:], maxlen=keep)
 
     @staticmethod
     def _thin_series(job: Job) -> None:

@@ -171,6 +171,7 @@ def _child(
     node: str = "",
     parent_pid: int = 0,
     ssl_context: ssl.SSLContext | None = None,
+    output_fds: tuple[int, int] = (-1, -1),
 ) -> None:
     """Runs in the forked child: the user's function; sends ("result", meta) or ("error", traceback)."""
     code = 0
@@ -179,6 +180,19 @@ def _child(
         # Before anything else: if the supervisor is SIGKILLed (Spark cancelling the task),
         # we go with it rather than train on as an orphan.
         pdeath.die_with_parent(parent_pid)
+        for fd, target in zip(output_fds, (1, 2), strict=True):
+            if fd >= 0:  # map_fun's output goes to the node's output log (which passes it on)
+                (sys.stdout if target == 1 else sys.stderr).flush()
+                os.dup2(fd, target)
+                os.close(fd)
+                # print() must reach fd 1 and 2 even where sys.stdout was replaced (pytest, IPython).
+                stream = open(  # noqa: SIM115 - the child's stdout/stderr for its whole life
+                    target, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
+                )
+                if target == 1:
+                    sys.stdout = stream
+                else:
+                    sys.stderr = stream
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.environ.update(env)
         ctx._release = port.release
@@ -308,6 +322,7 @@ class ForkedFunction(Child):
                 launch.node,
                 os.getpid(),
                 self.ssl_context,
+                (launch.stdout_fd, launch.stderr_fd),
             ),
         )
         self._proc.start()

@@ -68,7 +68,8 @@ class NodeConfig:
 class _Tail:
     """Pass a stream through while keeping its last bytes (the traceback) for the report."""
 
-    def __init__(self, src, dst, limit: int = MAX_ERROR_LEN) -> None:
+    def __init__(self, src, dst, limit: int = MAX_ERROR_LEN, close_dst: bool = False) -> None:
+        self._close_dst = close_dst
         self._chunks: deque[bytes] = deque()
         self._size = 0
         self._limit = limit
@@ -77,16 +78,28 @@ class _Tail:
 
     def _pump(self, src, dst) -> None:
         for line in iter(src.readline, b""):
-            dst.write(line)
-            dst.flush()
+            try:
+                dst.write(line)
+                dst.flush()
+            except OSError:
+                pass
             self._chunks.append(line)
             self._size += len(line)
             while self._size > self._limit and len(self._chunks) > 1:
                 self._size -= len(self._chunks.popleft())
+        if self._close_dst:  # the node's output log sees the end of the stream
+            dst.close()
 
     def text(self) -> str:
         self._thread.join(timeout=5)
         return b"".join(self._chunks).decode("utf-8", "replace")
+
+
+def _tail(stderr, launch: Launch) -> _Tail:
+    """The command's stderr: kept for its error text, and passed on to the node's output log."""
+    if launch.stderr_fd < 0:
+        return _Tail(stderr, sys.stderr.buffer)
+    return _Tail(stderr, os.fdopen(os.dup(launch.stderr_fd), "wb"), close_dst=True)
 
 
 class Command(Child):
@@ -109,9 +122,13 @@ class Command(Child):
         # Killed with this node (a SIGKILLed Mesos executor, an interrupted local engine):
         # the command never outlives the node that reports on it.
         self._proc = pdeath.popen(
-            self.command, env=self._env(launch), stderr=subprocess.PIPE, pass_fds=launch.pass_fds
+            self.command,
+            env=self._env(launch),
+            stdout=launch.stdout_fd if launch.stdout_fd >= 0 else None,
+            stderr=subprocess.PIPE,
+            pass_fds=launch.pass_fds,
         )
-        self._tail = _Tail(self._proc.stderr, sys.stderr.buffer)
+        self._tail = _tail(self._proc.stderr, launch)
         return self._proc.pid
 
     def wait(self) -> ChildExit:
@@ -161,7 +178,11 @@ class ServerCommand(Command):
         env[READY_FD_ENV] = str(ready_w)
         try:
             self._proc = pdeath.popen(
-                self.command, env=env, stderr=subprocess.PIPE, pass_fds=(ready_w, *launch.pass_fds)
+                self.command,
+                env=env,
+                stdout=launch.stdout_fd if launch.stdout_fd >= 0 else None,
+                stderr=subprocess.PIPE,
+                pass_fds=(ready_w, *launch.pass_fds),
             )
         except BaseException:
             os.close(ready_r)
@@ -169,7 +190,7 @@ class ServerCommand(Command):
         finally:
             os.close(ready_w)
         self._ready_fd = ready_r
-        self._tail = _Tail(self._proc.stderr, sys.stderr.buffer)
+        self._tail = _tail(self._proc.stderr, launch)
         return self._proc.pid
 
     def ready(self) -> bool:

@@ -40,6 +40,7 @@ from tfcoord.client.client import ClusterInfo
 from tfcoord.client.vocab import NodeState
 
 from .gpus import CPU, GpuSelection, select_gpus
+from .outputlog import OutputLog
 from .ports import PortReservation
 from .reporting import ReportPipe
 
@@ -85,6 +86,10 @@ class Launch:
     #: Descriptors the process must inherit (a command: ``Popen(pass_fds=...)``): the write
     #: end of the progress pipe, named in ``env`` as ``TFCOORD_REPORT_FD``.
     pass_fds: tuple[int, ...] = ()
+    #: Where the process writes its stdout and stderr (pipes to :mod:`.outputlog`, which
+    #: passes the output on and sends it to the coordinator); -1: leave them as they are.
+    stdout_fd: int = -1
+    stderr_fd: int = -1
 
 
 class Child(ABC):
@@ -366,19 +371,31 @@ class NodeSupervisor:
         }
         reports = ReportPipe(client.progress, cfg.report_interval_s)
         env.update(reports.env())
+        output = OutputLog(client.send_logs)
         try:
             with self._lock:
                 if self._stopping(client):
                     return self._report(client, STOPPED, info)
-                pid = self.child.launch(Launch(info, env, port, self.node, (reports.write_fd,)))
+                launch = Launch(
+                    info, env, port, self.node, (reports.write_fd,), output.stdout_fd, output.stderr_fd
+                )
+                pid = self.child.launch(launch)
                 self._launched = True
             reports.start()
-            return self._watch(client, port, info, pid, reports)
+            output.start()
+            return self._watch(client, port, info, pid, reports, output)
         finally:
             reports.close()
+            output.close()
 
     def _watch(
-        self, client: NodeClient, port: PortReservation, info: ClusterInfo, pid: int, reports: ReportPipe
+        self,
+        client: NodeClient,
+        port: PortReservation,
+        info: ClusterInfo,
+        pid: int,
+        reports: ReportPipe,
+        output: OutputLog,
     ) -> NodeOutcome:
         cfg = self.config
         port.release()  # our copy, if the child did not take it over already
@@ -388,7 +405,8 @@ class NodeSupervisor:
             self._settled.set()
         ended = self.child.wait()
         self._child_ended.set()
-        reports.close()  # its last figures go before its end, which may end the job
+        reports.close()  # its last figures and lines go before its end, which may end the job
+        output.close()
         if self._stopping(client):
             return self._report(client, STOPPED, info)
         if ended.error:

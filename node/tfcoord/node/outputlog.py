@@ -1,0 +1,161 @@
+"""A node's output, to the coordinator: its work's stdout and stderr, line by line.
+
+The supervisor gives the work a pipe for each stream (a forked ``map_fun`` has them as
+its fds 1 and 2; a command as its stdout and its stderr's destination). A thread per
+stream reads it, passes every byte on to where the output went before (the supervisor's
+own fd 1 or 2: the Spark executor's log, the local engine's prefixed lines), and queues
+each line, escaped (no control characters: a line can neither forge another line nor
+drive a terminal) and cut at ``MAX_LOG_LINE`` characters. A sender sends the queue to the
+coordinator in batches every ``interval_s``. The queue is bounded (``MAX_QUEUED``): while
+the coordinator is slow or away the oldest lines go, and the next batch says how many.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from tfcoord.client import messages as m
+
+log = logging.getLogger("tfcoord.node")
+
+#: Lines a node holds for the coordinator at most; beyond, the oldest are dropped (counted).
+MAX_QUEUED = 10_000
+#: A line longer than this (in bytes, before decoding) is cut; the rest is dropped.
+MAX_READ_LINE = 64 * 1024
+
+Send = Callable[[str, Sequence[str], int], None]
+
+
+def escape(raw: bytes) -> str:
+    """One line of output as the wire takes it: decoded, control characters as ``\\xNN``, cut."""
+    text = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", "replace")
+    text = m.LOG_CONTROL_RE.sub(lambda c: f"\\x{ord(c.group()):02x}", text)
+    if len(text) > m.MAX_LOG_LINE:
+        text = text[: m.MAX_LOG_LINE - 3] + "..."
+    return text
+
+
+class OutputLog:
+    """Both streams of one node's work; see the module's docstring."""
+
+    STREAMS = (("stdout", 1), ("stderr", 2))
+
+    def __init__(self, send: Send, interval_s: float = 0.5) -> None:
+        self._send = send
+        self._interval_s = interval_s
+        self._queue: deque[tuple[str, str]] = deque()
+        self._dropped = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._pipes = {name: os.pipe() for name, _ in self.STREAMS}
+        self._readers = [
+            threading.Thread(target=self._read, args=(name, fd), name=f"tfcoord-log-{name}", daemon=True)
+            for name, fd in self.STREAMS
+        ]
+        self._sender = threading.Thread(target=self._forward, name="tfcoord-log-send", daemon=True)
+        self._started = False
+
+    @property
+    def stdout_fd(self) -> int:
+        return self._pipes["stdout"][1]
+
+    @property
+    def stderr_fd(self) -> int:
+        return self._pipes["stderr"][1]
+
+    def start(self) -> None:
+        """Call once the work holds its copies of the write ends; ours are closed here."""
+        for _, w in self._pipes.values():
+            os.close(w)
+        self._started = True
+        for t in self._readers:
+            t.start()
+        self._sender.start()
+
+    def _read(self, name: str, to_fd: int) -> None:
+        r = self._pipes[name][0]
+        with os.fdopen(r, "rb", buffering=0) as f:
+            pending = b""
+            while True:
+                chunk = f.read(65536)
+                if not chunk:
+                    break
+                try:
+                    os.write(to_fd, chunk)  # where the output went before tfcoord kept it too
+                except OSError:
+                    pass
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                if len(pending) > MAX_READ_LINE:
+                    lines.append(pending[:MAX_READ_LINE])
+                    pending = b""
+                if lines:
+                    self._take(name, lines)
+            if pending:
+                self._take(name, [pending])
+
+    def _take(self, name: str, lines: list[bytes]) -> None:
+        with self._lock:
+            for raw in lines:
+                self._queue.append((name, escape(raw)))
+            over = len(self._queue) - MAX_QUEUED
+            for _ in range(max(0, over)):
+                self._queue.popleft()
+                self._dropped += 1
+
+    def _batches(self) -> list[tuple[str, list[str], int]]:
+        with self._lock:
+            items, self._queue = list(self._queue), deque()
+            dropped, self._dropped = self._dropped, 0
+        batches: list[tuple[str, list[str], int]] = []
+        for name, text in items:
+            if batches and batches[-1][0] == name and len(batches[-1][1]) < m.MAX_LOG_LINES:
+                batches[-1][1].append(text)
+            else:
+                batches.append((name, [text], 0))
+        if dropped:
+            if batches:
+                batches[0] = (batches[0][0], batches[0][1], dropped)
+            else:
+                with self._lock:
+                    self._dropped += dropped
+        return batches
+
+    def _forward(self) -> None:
+        while True:
+            ended = self._stop.wait(self._interval_s)
+            for name, lines, dropped in self._batches():
+                try:
+                    self._send(name, lines, dropped)
+                except Exception as e:  # the coordinator is away: these lines are lost, counted
+                    log.debug("node output not sent: %s", e)
+                    with self._lock:
+                        self._dropped += len(lines) + dropped
+            if ended:
+                return
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """After the work ended: what it wrote is sent before this returns.
+
+        A process it left behind may hold the pipes still; its output is then read for a
+        second and the rest is not sent.
+        """
+        if self._stop.is_set():
+            return
+        self._stop.set() if not self._started else None
+        if not self._started:
+            for r, w in self._pipes.values():
+                for fd in (r, w):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            return
+        for t in self._readers:
+            t.join(1.0)
+        self._stop.set()
+        self._sender.join(timeout_s)
