@@ -69,3 +69,18 @@ def _isolated(sc: object) -> Iterator[None]:
     """Whatever a test leaves running on the executors is cancelled before the next one."""
     yield
     sc.cancelAllJobs()  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The pipeline's tests run after every other Spark test of the session.
+
+    TFModel loads its SavedModel once per Python worker and keeps it (as TensorFlowOnSpark
+    does), so TensorFlow is initialized in that reused worker; a node forked from such a
+    worker later cannot configure collective ops ("Collective ops must be configured at
+    program startup"), which MultiWorkerMirroredStrategy needs. Real applications do not
+    run TFModel inference and then MWMS training in one application's workers; the tests
+    share one.
+    """
+    last = [i for i in items if i.nodeid.startswith("tests/spark/test_pipeline.py")]
+    if last:
+        items[:] = [i for i in items if i not in last] + last
