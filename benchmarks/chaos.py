@@ -187,6 +187,10 @@ class _Coordinator:
                 "WARNING",
                 "serve",
                 "--plaintext",
+                # Every simulated node dials from this one host: its handshakes in flight are
+                # many hosts' worth (the per-source default is a quarter of the budget).
+                "--max-unauthenticated-per-source",
+                "4096",
                 "--port",
                 str(self.port),
                 "--port-file",

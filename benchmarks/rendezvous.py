@@ -242,6 +242,10 @@ def run_tfcoord(nodes: int) -> dict:
                 "WARNING",
                 "serve",
                 "--plaintext",
+                # Every simulated node dials from this one host: its handshakes in flight are
+                # many hosts' worth (the per-source default is a quarter of the budget).
+                "--max-unauthenticated-per-source",
+                "4096",
                 "--port",
                 "0",
                 "--port-file",

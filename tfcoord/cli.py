@@ -149,7 +149,8 @@ class ServeConfig:
     #: Connection caps, checked against RLIMIT_NOFILE (``server.connection_budget``).
     max_connections: int = 20_000
     max_unauthenticated: int = 4096
-    max_unauthenticated_per_source: int = 4096
+    #: None: a quarter of max_unauthenticated (``server.per_source_budget``).
+    max_unauthenticated_per_source: int | None = None
     http_max_connections: int = 256
 
 
@@ -513,6 +514,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.keep_finished_jobs < 1 or not args.keep_finished_days > 0:
         raise UsageError("--keep-finished-jobs must be at least 1 and --keep-finished-days above 0")
+    for flag, value in (
+        ("--max-unauthenticated", args.max_unauthenticated),
+        ("--max-unauthenticated-per-source", args.max_unauthenticated_per_source),
+    ):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1, not {value}")
     if args.http_port is None and (args.http_port_file or args.http_token_file):
         raise UsageError("--http-port-file and --http-token-file need --http-port (0 picks a free port)")
     if args.http_port is not None and not args.http_token_file:
@@ -522,7 +529,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     # Before any file is created: a start refused for want of TLS leaves nothing behind.
     ssl_context = _server_tls(args)
-    from tfcoord.coordinator.server import BudgetError, connection_budget
+    from tfcoord.coordinator.server import BudgetError, connection_budget, per_source_budget
 
     http_max = args.http_max_connections if args.http_port is not None else 0
     try:
@@ -559,8 +566,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         keep_finished_s=args.keep_finished_days * 86400.0,
         max_connections=max_connections,
         max_unauthenticated=args.max_unauthenticated,
-        max_unauthenticated_per_source=min(
-            args.max_unauthenticated_per_source or args.max_unauthenticated, args.max_unauthenticated
+        max_unauthenticated_per_source=per_source_budget(
+            args.max_unauthenticated, args.max_unauthenticated_per_source
         ),
         http_max_connections=args.http_max_connections,
     )
@@ -1147,8 +1154,8 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
         "--max-unauthenticated-per-source",
         type=int,
         metavar="N",
-        help="of those, from one source address (default: all of them; lower it where clients come "
-        "from many hosts, so one host cannot take the whole budget)",
+        help="of those, from one source address (default: a quarter of --max-unauthenticated, so one "
+        "host cannot take the whole budget; raise it where one host starts thousands of nodes at once)",
     )
     sp.add_argument(
         "--http-max-connections",

@@ -8,6 +8,7 @@ state-machine tests in tests/unit/test_state.py; 10 is in tests/unit/test_protoc
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import urllib.request
@@ -26,6 +27,7 @@ from tfcoord.client import (
     make_roles,
 )
 from tfcoord.client import messages as m
+from tfcoord.client.protocol import Connection
 from tfcoord.coordinator import state as s
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 
@@ -169,6 +171,47 @@ def test_waits_of_closed_connections_leave_the_timer_heap():
             raw.close()
             wait_until(lambda: coord.call(lambda: len(coord.server.state._waits)) == 0, what="waits gone")
         assert coord.call(lambda: len(coord.server.state._timers)) <= 2 * s.STALE_TIMER_SLACK + 8
+
+
+# -- 6: one source taking every handshake slot ---------------------------------------------------
+
+
+def _refused_from(port: int, source: str) -> m.Error:
+    """Connect from ``source`` and read what the coordinator says before it hangs up."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as sock:
+        conn = Connection()
+        while data := sock.recv(65536):
+            conn.receive_data(data)
+        conn.receive_data(b"")
+        err = conn.next_event()
+    assert isinstance(err, m.Error), err
+    return err
+
+
+def test_one_source_cannot_take_every_handshake_slot_by_default(tmp_path: Path):
+    """Attack 6 with the defaults: the per-source cap used to be the whole handshake budget, so
+    idle sockets from one host still refused every other host's nodes. Now one source gets a
+    quarter of it (here TFCOORD_MAX_UNAUTHENTICATED=16, so 4) and a node from another source
+    registers while the stranger's sockets sit idle."""
+    env = dict(os.environ, TFCOORD_MAX_UNAUTHENTICATED="16")
+    env.pop("TFCOORD_MAX_UNAUTHENTICATED_PER_SOURCE", None)
+    c = Served(tmp_path, env=env)
+    idle: list[Raw] = []
+    try:
+        idle = [Raw(c.port, source="127.0.0.2") for _ in range(4)]
+        refused = [_refused_from(c.port, "127.0.0.2") for _ in range(12)]  # what used to fill the budget
+        assert {e.code for e in refused} == {"too_many_connections"}
+        assert "4 connections from 127.0.0.2 are in their handshake" in refused[0].message
+        with DriverClient(c.address, c.secret) as d:
+            job = d.submit(JobSpec(roles=make_roles(1)))
+            with _node(c, d, job, 0) as n:
+                n.register("10.0.0.1", 7000)
+                assert n.await_cluster(30).cluster == {"worker": ["10.0.0.1:7000"]}
+            d.stop(job)
+    finally:
+        for r in idle:
+            r.close()
+        c.stop()
 
 
 # -- 8: displacing a live holder ----------------------------------------------------------------

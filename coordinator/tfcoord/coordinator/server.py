@@ -70,12 +70,14 @@ PRE_AUTH_MAX_FRAME_BYTES = 4 * 1024
 #: Honest clients spend milliseconds here, so even a reconnect storm of 10,000 nodes
 #: (the load benchmark: 1,024 handshakes in flight) fits.
 DEFAULT_MAX_UNAUTHENTICATED = 4096
-#: Handshakes in flight from one source address. By default as many as in all: one host
-#: driving a 10,000-node burst (the benchmarks; a big machine running many executors)
-#: must not be refused, and honest handshakes last milliseconds. Set it lower
-#: (``serve --max-unauthenticated-per-source``) where clients come from many hosts, so
-#: that one host cannot take the whole budget.
-DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE = DEFAULT_MAX_UNAUTHENTICATED
+#: Handshakes in flight from one source address: by default this fraction of the handshake
+#: budget (a quarter: 1,024 of 4,096), so one host, however many idle sockets it opens,
+#: leaves three quarters of the budget to every other host. Honest handshakes last
+#: milliseconds, so even a host running many executors rarely has more than a few in
+#: flight; one host that simulates thousands of nodes at once (the benchmarks) raises it
+#: with ``serve --max-unauthenticated-per-source`` (``TFCOORD_MAX_UNAUTHENTICATED_PER_SOURCE``).
+PER_SOURCE_SHARE = 4
+DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE = DEFAULT_MAX_UNAUTHENTICATED // PER_SOURCE_SHARE
 #: HTTP connections served at once, apart from the node port's budget: a few dashboards,
 #: Prometheus and probes need tens. Beyond it a connection is answered 503 and closed.
 #: Here, not in ``http``, so budgets can be checked without importing aiohttp.
@@ -105,6 +107,15 @@ BULK_BUDGET_S = 0.010
 WRITE_BUDGET_S = 0.010
 
 
+def per_source_budget(max_unauthenticated: int, per_source: int | None = None) -> int:
+    """Handshakes in flight allowed from one source address: ``per_source`` if given, else
+    :data:`PER_SOURCE_SHARE`'s fraction of ``max_unauthenticated`` (at least 1); never more
+    than ``max_unauthenticated``."""
+    if per_source is None:
+        per_source = max(1, max_unauthenticated // PER_SOURCE_SHARE)
+    return max(1, min(per_source, max_unauthenticated))
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     secret: bytes
@@ -116,7 +127,8 @@ class ServerConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     #: Connections still in their handshake, in all and per source address.
     max_unauthenticated: int = DEFAULT_MAX_UNAUTHENTICATED
-    max_unauthenticated_per_source: int = DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE
+    #: None: :func:`per_source_budget` of ``max_unauthenticated`` (a quarter of it).
+    max_unauthenticated_per_source: int | None = None
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
     frame_timeout_s: float = FRAME_TIMEOUT_S
@@ -307,11 +319,11 @@ class _Peer(asyncio.Protocol):
                 f"{cfg.max_unauthenticated} connections are in their handshake already; try again later",
             )
             return
-        if srv.unauthenticated_from.get(self.source, 0) >= cfg.max_unauthenticated_per_source:
+        if srv.unauthenticated_from.get(self.source, 0) >= srv.per_source:
             srv.rejected_connections += 1
             self.fail(
                 ErrorCode.TOO_MANY_CONNECTIONS,
-                f"{cfg.max_unauthenticated_per_source} connections from "
+                f"{srv.per_source} connections from "
                 f"{self.source} are in their handshake already; try again later",
             )
             return
@@ -612,6 +624,8 @@ class CoordinatorServer:
         self.authenticated = 0
         self.unauthenticated = 0
         self.unauthenticated_from: dict[str, int] = {}
+        #: Of those, allowed from one source address.
+        self.per_source = per_source_budget(config.max_unauthenticated, config.max_unauthenticated_per_source)
         self._accept_errors: _AcceptErrorLog | None = None
         self.auth_failures = 0
         #: Connections closed by the watchdog, by code (handshake, frame, idle timeout).
