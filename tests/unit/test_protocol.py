@@ -861,3 +861,36 @@ def test_a_stop_cause_is_a_failure_reason_and_defaults_to_a_requested_stop() -> 
     assert m.decode(plain).cause is FailureReason.STOPPED  # type: ignore[attr-defined]
     with pytest.raises(RemoteProtocolError, match=re.escape("stop_job.cause")):
         m.decode({**stop.to_wire(), "cause": "node_lost"})
+
+
+def test_large_frames_are_read_in_place_and_the_buffer_moves_on() -> None:
+    """A frame past the copy threshold (a cluster reply) decodes from a view of the buffer,
+    whether it arrives whole or in pieces, and what follows it decodes after it."""
+    spec = os.urandom(100_000)
+    big = m.ClusterReply(id=7, role="worker", index=3, spec=spec)
+    small = m.Reply(id=8, result={"ok": True})
+    wire = Connection().send(big) + Connection().send(small)
+    for step in (len(wire), 4096, 1):
+        conn = Connection()
+        got: list[m.Message] = []
+        for i in range(0, len(wire), step):
+            conn.receive_data(wire[i : i + step])
+            while isinstance(ev := conn.next_event(), m.Message):
+                got.append(ev)
+        assert got == [big, small] and conn.buffered == 0
+
+
+def test_decode_refuses_an_unhashable_choice_as_a_protocol_error() -> None:
+    with pytest.raises(RemoteProtocolError, match="stop_job"):
+        m.decode({"op": "stop_job", "id": 1, "job": "j", "reason": "r", "cause": [1]})
+
+
+@given(st.text(max_size=12))
+def test_host_check_refuses_spaces_control_characters_and_delimiters(host: str) -> None:
+    ok = bool(host) and not any(c.isspace() or not c.isprintable() or c in "/[]@" for c in host)
+    try:
+        m.Register(id=1, job="j", executor_id=0, attempt=0, host=host, port=1)
+    except LocalProtocolError:
+        assert not ok
+    else:
+        assert ok

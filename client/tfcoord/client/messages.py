@@ -15,6 +15,7 @@ pending on the server until their condition holds or their ``timeout_s`` passes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -108,10 +109,14 @@ def _ident(v: Any) -> None:
         raise ValueError(f"{v!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit")
 
 
+_HOST_BAD = re.compile(r"[ /\[\]@]")
+
+
 def _host(v: Any) -> None:
     """A host name or address as it goes into the cluster spec (``host:port``)."""
     _host_text(v)
-    if any(c.isspace() or not c.isprintable() or c in "/[]@" for c in v):
+    # isprintable() is False for every whitespace character but the space itself.
+    if not v.isprintable() or _HOST_BAD.search(v):
         raise ValueError(
             f"{v!r} is not a host name or address (no spaces, control characters, '/', '[', ']' or '@')"
         )
@@ -495,8 +500,9 @@ class JobSpec:
                     f"launch gives resources for roles the job does not have: {', '.join(sorted(unknown))}"
                 )
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
+        """The number of tasks (computed once: the state machine asks on every registration)."""
         return sum(c for _, c in self.roles)
 
     def slots(self) -> list[tuple[str, int]]:
@@ -902,8 +908,40 @@ ALLOWED_OPS = {"driver": DRIVER_OPS, "node": NODE_OPS, "admin": ADMIN_OPS}
 _FIELDS = {cls: {f.name: f for f in dataclasses.fields(cls)} for cls in OPS.values()}
 
 
+def _defaults(cls: type[Message]) -> tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]:
+    """A message class's field defaults: (plain values, (name, factory) pairs)."""
+    plain = {n: f.default for n, f in _FIELDS[cls].items() if f.default is not dataclasses.MISSING}
+    factories = tuple(
+        (n, f.default_factory)
+        for n, f in _FIELDS[cls].items()
+        if f.default_factory is not dataclasses.MISSING
+    )
+    return plain, factories
+
+
+#: Per op: (class, field names, plain defaults, default factories, required fields).
+_DECODERS = {
+    op: (
+        cls,
+        frozenset(_FIELDS[cls]),
+        *_defaults(cls),
+        frozenset(
+            n
+            for n, f in _FIELDS[cls].items()
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ),
+    )
+    for op, cls in OPS.items()
+}
+
+
 def decode(m: Any) -> Message:
     """Build a message from a map received from the peer.
+
+    Every field is checked exactly as when a message is built (``__post_init__``); only
+    the generated ``__init__`` is skipped. A frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``, which cost more than all of a frame's checks:
+    here the fields go into the new message's ``__dict__`` at once, then it is validated.
 
     Raises:
         RemoteProtocolError: unknown op, missing or unexpected keys, bad field values.
@@ -911,33 +949,37 @@ def decode(m: Any) -> Message:
     if not isinstance(m, dict):
         raise RemoteProtocolError(f"a frame must hold a map, not {type(m).__name__}")
     op = m.get("op")
-    cls = OPS.get(op) if isinstance(op, str) else None
-    if cls is None:
+    found = _DECODERS.get(op) if isinstance(op, str) else None
+    if found is None:
         raise RemoteProtocolError(f"unknown op {op!r}")
-    fields = _FIELDS[cls]
-    kw: dict[str, Any] = {}
-    for k, v in m.items():
-        if k == "op":
-            continue
-        f = fields.get(k) if isinstance(k, str) else None
-        if f is None:
-            raise RemoteProtocolError(f"{op} has no field {k!r}")
-        if k == "spec" and cls is Submit:
-            try:
-                v = JobSpec.from_wire(v)
-            except ProtocolError as e:
-                raise RemoteProtocolError(str(e)) from None
-        elif k in ("gpus", "lines") and isinstance(v, list):
-            v = tuple(v)
-        kw[k] = v
+    cls, names, plain, factories, required = found
+    kw = dict(plain)
+    kw.update(m)
+    del kw["op"]
+    if len(kw) != len(names) or not names.issuperset(kw):
+        for k in m:
+            if k != "op" and (not isinstance(k, str) or k not in names):
+                raise RemoteProtocolError(f"{op} has no field {k!r}")
+    for name, factory in factories:
+        if name not in kw:
+            kw[name] = factory()
+    missing = required.difference(kw)
+    if missing:
+        raise RemoteProtocolError(f"{op} is missing {', '.join(n for n in _FIELDS[cls] if n in missing)}")
+    if cls is Submit:
+        try:
+            kw["spec"] = JobSpec.from_wire(kw["spec"])
+        except ProtocolError as e:
+            raise RemoteProtocolError(str(e)) from None
+    for k in ("gpus", "lines"):
+        if type(kw.get(k)) is list:
+            kw[k] = tuple(kw[k])
+    msg = object.__new__(cls)
+    msg.__dict__.update(kw)
     try:
-        return cls(**kw)
+        msg.__post_init__()
     except LocalProtocolError as e:
         raise RemoteProtocolError(str(e)) from None
-    except TypeError:
-        missing = [
-            n
-            for n, f in fields.items()
-            if n not in kw and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-        raise RemoteProtocolError(f"{op} is missing {', '.join(missing) or 'fields'}") from None
+    except TypeError:  # an unhashable value where a choice was expected
+        raise RemoteProtocolError(f"{op} has a field of the wrong type") from None
+    return msg

@@ -36,6 +36,9 @@ from .errors import LocalProtocolError, RemoteProtocolError
 DEFAULT_MAX_FRAME_BYTES: Final = 8 * 1024 * 1024
 
 _HEADER = struct.Struct(">I")
+#: Frames smaller than this are copied out of the receive buffer to be decoded (cheaper
+#: than a view for the small frames of most requests); larger ones are read in place.
+_COPY_BELOW = 4096
 
 
 class _Sentinel:
@@ -51,7 +54,9 @@ CLOSED: Final = _Sentinel("CLOSED")
 
 
 def _unpackb(
-    body: bytes | bytearray, max_frame_bytes: int, ext_hook: Callable[[int, bytes], Any] | None = None
+    body: bytes | bytearray | memoryview,
+    max_frame_bytes: int,
+    ext_hook: Callable[[int, bytes], Any] | None = None,
 ) -> object:
     # strict_map_key: only str/bytes keys, so a map cannot smuggle tuples or floats as
     # keys; the max_*_len limits are msgpack's own guards for untrusted data. Extension
@@ -282,13 +287,20 @@ class Connection:
                     f"connection closed inside a frame ({len(buf) - 4} of {size} bytes)"
                 )
             return NEED_DATA
-        body = buf[4 : 4 + size]  # one copy; msgpack reads a bytearray as it is
-        del buf[: 4 + size]
         try:
-            obj = _unpackb(body, self.max_frame_bytes, self._ext_hook)
+            if size < _COPY_BELOW:
+                obj = _unpackb(buf[4 : 4 + size], self.max_frame_bytes, self._ext_hook)
+            else:
+                # Read in place: a node's cluster reply is tens of KiB at 10,000 nodes, and
+                # a copy of it per frame cost as much as decoding it. The views are released
+                # before the buffer shrinks (a bytearray cannot resize while viewed).
+                with memoryview(buf) as whole, whole[4 : 4 + size] as body:
+                    obj = _unpackb(body, self.max_frame_bytes, self._ext_hook)
         except Exception as e:
             self._broken = True
             raise RemoteProtocolError(f"undecodable frame: {e}") from None
+        finally:
+            del buf[: 4 + size]
         try:
             return self._decode(obj)
         except RemoteProtocolError:
