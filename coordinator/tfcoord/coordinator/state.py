@@ -437,6 +437,8 @@ class Job:
     reason: FailureReason = FailureReason.NONE
     #: Slots holding a node (kept, not counted, so a registration costs O(1)).
     filled: int = 0
+    #: No slot before this one is empty (a hint for :meth:`CoordinatorState.brief`).
+    first_missing: int = 0
     #: Nodes now in a slot, by state (kept for the same reason: every "are all nodes ..."
     #: question of a report is O(1), not a scan of a 10,000-node job).
     in_state: dict[NodeState, int] = field(default_factory=dict)
@@ -637,7 +639,16 @@ class CoordinatorState:
         job itself, ``running`` and ``missing_count``, and only the first
         ``BRIEF_MISSING`` missing slots. Its size does not grow with the job."""
         job = self.jobs[job_id]
-        shown = itertools.islice((s for s in job.slots if s.node is None), BRIEF_MISSING)
+        # From the first slot that may be empty: slots fill mostly in order, and a scan from
+        # slot 0 on every watcher's wake-up cost O(registered) per answer during a burst.
+        slots = job.slots
+        first = job.first_missing
+        while first < len(slots) and slots[first].node is not None:
+            first += 1
+        job.first_missing = first
+        shown = itertools.islice(
+            (s for s in itertools.islice(slots, first, None) if s.node is None), BRIEF_MISSING
+        )
         return {
             "job": job.id,
             "name": job.spec.name,
@@ -1264,7 +1275,7 @@ class CoordinatorState:
                 )
                 self._error(ev.waiter, ErrorCode.JOB_FAILED, job.error)
                 return
-        newest = max((h.attempt for h in slot.history), default=-1)
+        newest = max((h.attempt for h in slot.history), default=-1) if slot.history else -1
         if cur is None and r.attempt < newest:
             self._error(
                 ev.waiter,
@@ -1282,7 +1293,7 @@ class CoordinatorState:
                 "this task in a loop: look at its earlier errors (tfcoord status)",
             )
             return
-        gpu_clash = [(g, self._gpu_owner.get((job.id, r.host, g))) for g in r.gpus]
+        gpu_clash = [(g, self._gpu_owner.get((job.id, r.host, g))) for g in r.gpus] if r.gpus else []
         gpu_clash = [(g, o) for g, o in gpu_clash if o is not None and o != r.executor_id]
         if gpu_clash:
             g, oe = gpu_clash[0]
@@ -1484,6 +1495,7 @@ class CoordinatorState:
             self._remember(slot, node)
             slot.node = None
             job.filled -= 1
+            job.first_missing = min(job.first_missing, node.executor_id)
             self._count(job, node, -1)
             self._refuse_node_waits(
                 job, node, ErrorCode.NODE_LOST, f"{node.describe()} was LOST: {node.error}"
