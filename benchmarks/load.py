@@ -717,11 +717,12 @@ async def _burst_worker(pipe: Pipe, port: int, job: str, token: bytes, nodes: in
     gate: asyncio.Queue[None] = asyncio.Queue()
     for _ in range(rendezvous.CONNECTS_IN_FLIGHT):
         gate.put_nowait(None)
+    check = rendezvous._SpecCheck(nodes)
     gc.disable()  # as in the rendezvous benchmark: its nodes' objects stay until the end
     t0 = time.perf_counter()
     try:
         transports = await asyncio.gather(
-            *(rendezvous._node("127.0.0.1", port, token, job, i, nodes, gate) for i in range(nodes))
+            *(rendezvous._node("127.0.0.1", port, token, job, i, nodes, gate, check) for i in range(nodes))
         )
         pipe.send(("result", time.perf_counter() - t0, ""))
     except Exception as e:

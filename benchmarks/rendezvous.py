@@ -8,7 +8,8 @@ what ``NodeClient`` does on the wire, through the same sans-io protocol: connect
 answer the challenge with an HMAC proof of its job token, register, and wait in
 ``await_cluster`` until the spec is pushed (with an ``await_stop`` pending beside it,
 as ``NodeClient.start_heartbeats`` leaves one), while a driver watches the job's
-progress as ``run()`` and ``tfcoord submit`` do; every 50th node decodes the spec. Asyncio is
+progress as ``run()`` and ``tfcoord submit`` do; the spec is decoded and checked once, and
+every node's reply checked to hold the same bytes. Asyncio is
 used only to fit 10,000 nodes on two cores (10,000 threads would measure the
 simulator, not the coordinator), and this process runs with its garbage collector
 off while the nodes run: 10,000 real nodes each have a small heap of their own, where
@@ -102,6 +103,26 @@ def _address(i: int) -> tuple[str, int]:
     return f"10.{host // 62500}.{host // 250 % 250}.{host % 250 + 1}", 20000 + (i * 7919) % 40000
 
 
+class _SpecCheck:
+    """Checks the cluster spec every node receives: decoded (every address checked) the
+    first time, and byte for byte the same as that one every other time."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.checked: bytes | None = None
+
+    def __call__(self, blob: bytes) -> None:
+        if blob == self.checked:
+            return
+        if self.checked is not None:
+            raise RuntimeError("nodes of one job received different cluster specs")
+        spec = decode_spec(blob)
+        want = [f"{host}:{port}" for host, port in map(_address, range(self.size))]
+        if spec != {"worker": want}:
+            raise RuntimeError("the cluster spec does not name every node at its address")
+        self.checked = blob
+
+
 class _Node(asyncio.Protocol):
     """One simulated node's connection: the wire work of ``NodeClient``, driven by bytes.
 
@@ -110,8 +131,9 @@ class _Node(asyncio.Protocol):
     coordinator's whole rendezvous.
     """
 
-    def __init__(self, token: bytes, job: str, i: int, size: int) -> None:
+    def __init__(self, token: bytes, job: str, i: int, size: int, spec_check: _SpecCheck) -> None:
         self.token, self.job, self.i, self.size = token, job, i, size
+        self.spec_check = spec_check
         self.conn = Connection()
         self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -165,25 +187,32 @@ class _Node(asyncio.Protocol):
         elif isinstance(msg, m.ClusterReply):
             # The frame has arrived whole and validated: the node holds the spec. Decoding
             # its inner map costs each real node ~0.5 ms at 10,000 nodes on its own
-            # executor, in parallel; here all nodes share one core, so every 50th decodes
-            # (and checks) it rather than charging the coordinator for N serial decodes.
-            if i % 50 == 0 or i == self.size - 1:
-                spec = decode_spec(msg.spec)
-                assert len(spec["worker"]) == self.size
-                assert spec["worker"][i] == f"{_address(i)[0]}:{_address(i)[1]}"
+            # executor, in parallel; here all nodes share one core, so the spec is decoded
+            # and checked (every address) once, and every node's reply is checked to carry
+            # exactly those bytes, and this node's own role and index.
+            if msg.role != "worker" or msg.index != i:
+                raise RuntimeError(f"node {i}: told it is {msg.role}:{msg.index}")
+            self.spec_check(msg.spec)
             if not self.ready.done():
                 self.ready.set_result(None)
         # The register reply (m.Reply) needs no answer.
 
 
 async def _node(
-    host: str, port: int, token: bytes, job: str, i: int, size: int, gate: asyncio.Queue[None]
+    host: str,
+    port: int,
+    token: bytes,
+    job: str,
+    i: int,
+    size: int,
+    gate: asyncio.Queue[None],
+    spec_check: _SpecCheck,
 ) -> asyncio.Transport:
     """Connect (at most CONNECTS_IN_FLIGHT at once), then wait until node ``i`` holds the spec."""
     await gate.get()
     try:
         transport, node = await asyncio.get_running_loop().create_connection(
-            lambda: _Node(token, job, i, size), host, port
+            lambda: _Node(token, job, i, size, spec_check), host, port
         )
         # The handshake too, not only the connect: one simulating host stays within the
         # coordinator's budget of connections in their handshake, as many hosts would.
@@ -215,11 +244,13 @@ async def _all_nodes(host: str, port: int, token: bytes, job: str, n: int, pid: 
     gate: asyncio.Queue[None] = asyncio.Queue()
     for _ in range(CONNECTS_IN_FLIGHT):
         gate.put_nowait(None)
+    check = _SpecCheck(n)
     gc.disable()  # see the module's docstring
     try:
         t0 = time.perf_counter()
         transports = await asyncio.wait_for(
-            asyncio.gather(*(_node(host, port, token, job, i, n, gate) for i in range(n))), RUN_TIMEOUT_S
+            asyncio.gather(*(_node(host, port, token, job, i, n, gate, check) for i in range(n))),
+            RUN_TIMEOUT_S,
         )
         took = time.perf_counter() - t0
     finally:
