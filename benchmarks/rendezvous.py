@@ -3,18 +3,19 @@
     python benchmarks/rendezvous.py --nodes 10,100,1000 [--repeats N] [--against tfos] [--json]
 
 For tfcoord, ``tfcoord serve`` runs as its own process (so its RSS is its own), and
-N simulated nodes run in this process on one asyncio loop. Each node does exactly
-what ``NodeClient`` does on the wire, through the same sans-io protocol: connect,
-answer the challenge with an HMAC proof of its job token, register, and wait in
-``await_cluster`` until the spec is pushed (with an ``await_stop`` pending beside it,
-as ``NodeClient.start_heartbeats`` leaves one), while a driver watches the job's
-progress as ``run()`` and ``tfcoord submit`` do; the spec is decoded and checked once, and
-every node's reply checked to hold the same bytes. Asyncio is
-used only to fit 10,000 nodes on two cores (10,000 threads would measure the
-simulator, not the coordinator), and this process runs with its garbage collector
-off while the nodes run: 10,000 real nodes each have a small heap of their own, where
-one shared heap of 10,000 nodes' objects would have the simulator spend a second
-traversing it. The coordinator runs as it does in production.
+N simulated nodes run in this process on one epoll (:class:`Nodes`). Each node does
+exactly what ``NodeClient`` does on the wire, through the same sans-io protocol: connect,
+answer the challenge with an HMAC proof of its job token, check the welcome, register,
+and wait in ``await_cluster`` until the spec is pushed (with an ``await_stop`` pending
+beside it, as ``NodeClient.start_heartbeats`` leaves one), while a driver watches the
+job's progress as ``run()`` and ``tfcoord submit`` do; the spec is decoded and checked
+once, and every node's reply checked to hold the same bytes and the node's own role and
+index. One thread and one epoll fit 10,000 nodes on two cores (10,000 threads, or
+asyncio's transports and tasks, would measure the simulator, not the coordinator), and
+this process runs with its garbage collector off while the nodes run: 10,000 real nodes
+each have a small heap of their own, where one shared heap of 10,000 nodes' objects
+would have the simulator spend a second traversing it. The coordinator runs as it does
+in production.
 
 ``--against tfos`` runs TensorFlowOnSpark 2.2.5's own reservation server and
 clients on the same N in the same run (``anchor_tfos.py``); a failure there is
@@ -31,12 +32,15 @@ simulator each spent: on two cores the two together bound all_ready_s).
 from __future__ import annotations
 
 import argparse
-import asyncio
+import errno
 import gc
+import itertools
 import json
 import math
 import os
 import resource
+import select
+import socket
 import statistics
 import subprocess
 import sys
@@ -50,6 +54,7 @@ sys.path.insert(0, str(HERE))
 
 from tfcoord.client import DriverClient, JobSpec, auth, make_roles  # noqa: E402
 from tfcoord.client import messages as m  # noqa: E402
+from tfcoord.client.handshake import Connecting  # noqa: E402
 from tfcoord.client.protocol import NEED_DATA, Connection, decode_spec  # noqa: E402
 
 #: How the coordinator process is started (``TFCOORD_BENCH_PROFILE=FILE`` runs it under cProfile).
@@ -123,65 +128,103 @@ class _SpecCheck:
         self.checked = blob
 
 
-class _Node(asyncio.Protocol):
-    """One simulated node's connection: the wire work of ``NodeClient``, driven by bytes.
+class _Node:
+    """One simulated node: the wire work of ``NodeClient``, driven by bytes (see :class:`Nodes`)."""
 
-    A protocol rather than a coroutine over streams: 10,000 stream pairs and the
-    coroutines reading them would cost the shared simulating core more than the
-    coordinator's whole rendezvous.
+    __slots__ = ("conn", "handshake", "i", "sock")
+
+    def __init__(self, i: int, sock: socket.socket, handshake: Connecting) -> None:
+        self.i, self.sock, self.handshake = i, sock, handshake
+        self.conn = Connection()
+
+    def send(self, data: bytes) -> None:
+        # A node's frames are a few hundred bytes: the socket takes them whole unless its
+        # buffer is full, which one request per reply never makes it.
+        if self.sock.send(data) != len(data):
+            raise RuntimeError(f"node {self.i}: the socket took part of a frame")
+
+
+class Nodes:
+    """N simulated nodes on one epoll, in one thread: connect (at most CONNECTS_IN_FLIGHT
+    until their handshake is done), answer the challenge with an HMAC proof of the job
+    token, check the welcome, register, and wait in ``await_cluster`` until the spec is
+    pushed (with an ``await_stop`` pending beside it, as ``NodeClient.start_heartbeats``
+    leaves one), through the same sans-io ``Connection`` as ``NodeClient``.
+
+    Not asyncio: its transports, tasks and futures cost the one simulating core as much
+    as the coordinator's whole rendezvous, which ten thousand real nodes spend on ten
+    thousand cores. The sockets stay open (as live nodes' would) until :meth:`close`.
     """
 
-    def __init__(self, token: bytes, job: str, i: int, size: int, spec_check: _SpecCheck) -> None:
-        self.token, self.job, self.i, self.size = token, job, i, size
-        self.spec_check = spec_check
-        self.conn = Connection()
-        self.transport: asyncio.Transport | None = None
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        #: Set once the handshake is done: the connect gate covers it (see ``_node``).
-        self.welcomed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def __init__(self, host: str, port: int, token: bytes, job: str, n: int) -> None:
+        self.address = (host, port)
+        self.token, self.job, self.n = token, job, n
+        self.check = _SpecCheck(n)
+        self.nodes: dict[int, _Node] = {}
+        self.ready = 0
 
-    def _fail(self, e: BaseException) -> None:
-        for fut in (self.welcomed, self.ready):
-            if not fut.done():
-                fut.set_exception(e)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self.conn.receive_data(data)
+    def run(self, timeout_s: float = RUN_TIMEOUT_S) -> float:
+        """Start every node; returns the seconds until all of them hold the spec."""
+        ep = select.epoll()
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
         try:
-            while (msg := self.conn.next_event()) is not NEED_DATA:
-                self._on(msg)  # type: ignore[arg-type]
-        except Exception as e:
-            self._fail(e)
+            upcoming = iter(range(self.n))
+            for i in itertools.islice(upcoming, CONNECTS_IN_FLIGHT):
+                self._connect(ep, i)
+            while self.ready < self.n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{self.ready} of {self.n} nodes hold the spec after {timeout_s:g} s")
+                for fd, _ in ep.poll(min(left, 1.0), 4096):
+                    node = self.nodes[fd]
+                    data = node.sock.recv(1 << 18)
+                    if not data:
+                        raise ConnectionError(f"node {node.i}: the coordinator closed the connection")
+                    node.conn.receive_data(data)
+                    while (msg := node.conn.next_event()) is not NEED_DATA:
+                        if self._on(node, msg):  # type: ignore[arg-type]
+                            nxt = next(upcoming, None)
+                            if nxt is not None:
+                                self._connect(ep, nxt)
+            return time.perf_counter() - t0
+        finally:
+            ep.close()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(ConnectionError(f"node {self.i}: connection lost: {exc}"))
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.sock.close()
+        self.nodes.clear()
 
-    def _on(self, msg: m.Message) -> None:
-        conn, job, i = self.conn, self.job, self.i
-        assert self.transport is not None
+    def _connect(self, ep: select.epoll, i: int) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as the client's sockets
+        err = sock.connect_ex(self.address)
+        if err not in (0, errno.EINPROGRESS):
+            raise ConnectionError(f"node {i}: connect: {os.strerror(err)}")
+        handshake = Connecting(self.token, "node", self.job, m.PROTOCOL_VERSION, "the coordinator")
+        self.nodes[sock.fileno()] = _Node(i, sock, handshake)
+        # The coordinator speaks first: the challenge arriving says the connect is done (a
+        # failed connect wakes the poll as well, and its recv raises).
+        ep.register(sock.fileno(), select.EPOLLIN)
+
+    def _on(self, node: _Node, msg: m.Message) -> bool:
+        """Handle one message; True once the node's handshake is done."""
+        conn, job, i = node.conn, self.job, node.i
         if isinstance(msg, m.Challenge):
-            proof = auth.client_proof(self.token, msg.nonce, "node", job)
-            self.transport.write(
-                conn.send(
-                    m.Hello(
-                        version=m.PROTOCOL_VERSION, role="node", job=job, proof=proof, cnonce=auth.new_nonce()
-                    )
-                )
-            )
+            node.send(conn.send(node.handshake.hello(msg)))
         elif isinstance(msg, m.Welcome):
-            if not self.welcomed.done():
-                self.welcomed.set_result(None)
+            node.handshake.welcome(msg)  # the coordinator's proof that it knows the token
             node_host, node_port = _address(i)
             # Register, then (as NodeClient.start_heartbeats does) a stop wait that stays
             # pending beside the cluster wait: pipelined, in one write.
-            self.transport.write(
+            node.send(
                 conn.send(m.Register(id=1, job=job, executor_id=i, attempt=0, host=node_host, port=node_port))
                 + conn.send(m.AwaitStop(id=3, job=job, executor_id=i, attempt=0, timeout_s=3600.0))
                 + conn.send(m.AwaitCluster(id=2, job=job, executor_id=i, attempt=0, timeout_s=RUN_TIMEOUT_S))
             )
+            return True
         elif isinstance(msg, m.Error):
             raise RuntimeError(f"node {i}: {msg.code}: {msg.message}")
         elif isinstance(msg, m.ClusterReply):
@@ -192,35 +235,10 @@ class _Node(asyncio.Protocol):
             # exactly those bytes, and this node's own role and index.
             if msg.role != "worker" or msg.index != i:
                 raise RuntimeError(f"node {i}: told it is {msg.role}:{msg.index}")
-            self.spec_check(msg.spec)
-            if not self.ready.done():
-                self.ready.set_result(None)
+            self.check(msg.spec)
+            self.ready += 1
         # The register reply (m.Reply) needs no answer.
-
-
-async def _node(
-    host: str,
-    port: int,
-    token: bytes,
-    job: str,
-    i: int,
-    size: int,
-    gate: asyncio.Queue[None],
-    spec_check: _SpecCheck,
-) -> asyncio.Transport:
-    """Connect (at most CONNECTS_IN_FLIGHT at once), then wait until node ``i`` holds the spec."""
-    await gate.get()
-    try:
-        transport, node = await asyncio.get_running_loop().create_connection(
-            lambda: _Node(token, job, i, size, spec_check), host, port
-        )
-        # The handshake too, not only the connect: one simulating host stays within the
-        # coordinator's budget of connections in their handshake, as many hosts would.
-        await node.welcomed
-    finally:
-        gate.put_nowait(None)
-    await node.ready
-    return transport  # stays open until every node is ready, as a live node's would
+        return False
 
 
 def _watch(
@@ -237,27 +255,16 @@ def _watch(
                 return
 
 
-async def _all_nodes(host: str, port: int, token: bytes, job: str, n: int, pid: int) -> tuple[float, float]:
+def _all_nodes(host: str, port: int, token: bytes, job: str, n: int, pid: int) -> tuple[float, float]:
     """Run every node at once; returns (seconds until all hold the spec, coordinator RSS then)."""
-    # A queue of tokens, not an asyncio.Semaphore: with 10,000 waiters, 3.11's Semaphore
-    # rescans its waiter list on every release (quadratic, a second of simulator CPU).
-    gate: asyncio.Queue[None] = asyncio.Queue()
-    for _ in range(CONNECTS_IN_FLIGHT):
-        gate.put_nowait(None)
-    check = _SpecCheck(n)
+    nodes = Nodes(host, port, token, job, n)
     gc.disable()  # see the module's docstring
     try:
-        t0 = time.perf_counter()
-        transports = await asyncio.wait_for(
-            asyncio.gather(*(_node(host, port, token, job, i, n, gate, check) for i in range(n))),
-            RUN_TIMEOUT_S,
-        )
-        took = time.perf_counter() - t0
+        took = nodes.run()
+        rss = _rss_mb(pid)
     finally:
         gc.enable()
-    rss = _rss_mb(pid)
-    for w in transports:
-        w.close()
+        nodes.close()
     return took, rss
 
 
@@ -304,7 +311,7 @@ def run_tfcoord(nodes: int) -> dict:
                 watcher.start()
                 try:
                     sim0 = _own_cpu_s()
-                    took, rss = asyncio.run(_all_nodes("127.0.0.1", port, token, job, nodes, proc.pid))
+                    took, rss = _all_nodes("127.0.0.1", port, token, job, nodes, proc.pid)
                     cpu, sim = _cpu_s(proc.pid) - cpu0, _own_cpu_s() - sim0
                 finally:
                     stop.set()
