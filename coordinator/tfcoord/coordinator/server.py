@@ -141,6 +141,14 @@ class ServerConfig:
     keep_finished_s: float = s.KEEP_FINISHED_S
 
 
+def _job_token_names(job: str) -> tuple[str, str]:
+    """How a refused node handshake names the job token it did not prove, and what to check."""
+    return (
+        f"the job token of {job} (or there is no such job)",
+        ". Check the secret file (TFCOORD_SECRET_FILE), and that the token belongs to this job",
+    )
+
+
 class BudgetError(ValueError):
     """The connection caps cannot fit the process's descriptor limit; the message says what to do."""
 
@@ -597,8 +605,8 @@ class CoordinatorServer:
         self._outbox: list[s.Send] = []
         #: A job's cluster spec packed once, shared by every node's ``cluster`` reply.
         self.cluster_frames = ClusterReplyFrames(config.max_frame_bytes)
-        #: The last job token computed (see ``_job_token``).
-        self._last_token: tuple[str, bytes, bytes] | None = None
+        #: The last node key made (see ``_node_key``).
+        self._last_token: tuple[str, bytes, KeyFor] | None = None
         self._flush_scheduled = False
         # Group commit (see ``_flush``): journal records appended so far, and per job the
         # number of its latest one not yet committed.
@@ -816,11 +824,9 @@ class CoordinatorServer:
             if not job:
                 raise HandshakeRefused(ErrorCode.AUTH_FAILED, "a node must name its job in hello")
             known = self.state.jobs.get(job)
-            return KeyFor(
-                self._job_token(job, known.owner) if known is not None else auth.new_secret(),
-                f"the job token of {job} (or there is no such job)",
-                ". Check the secret file (TFCOORD_SECRET_FILE), and that the token belongs to this job",
-            )
+            if known is None:
+                return KeyFor(auth.new_secret(), *_job_token_names(job))
+            return self._node_key(job, known.owner)
         if role == "admin":
             return KeyFor(
                 self.config.admin_secret or auth.new_secret(),
@@ -836,16 +842,16 @@ class CoordinatorServer:
             self.config.secret, "the coordinator secret", ". Check the secret file (TFCOORD_SECRET_FILE)"
         )
 
-    def _job_token(self, job: str, owner: bytes) -> bytes:
+    def _node_key(self, job: str, owner: bytes) -> KeyFor:
         """``auth.job_token`` for the job whose nodes are connecting: a burst's 10,000
         handshakes name the same job, so the last token is kept (keyed by job and owner,
         so a resubmitted job id of another driver gets its own)."""
         cached = self._last_token
         if cached is not None and cached[0] == job and cached[1] == owner:
             return cached[2]
-        token = auth.job_token(self.config.secret, job, owner)
-        self._last_token = (job, owner, token)
-        return token
+        key = KeyFor(auth.job_token(self.config.secret, job, owner), *_job_token_names(job))
+        self._last_token = (job, owner, key)
+        return key
 
     # -- fairness: bulk work per loop turn ------------------------------------------------
 
@@ -887,6 +893,7 @@ class CoordinatorServer:
     def apply(self, event: s.Event) -> None:
         """Run one event through the state machine and carry out (or queue) its effects."""
         effects = self.state.handle(event)
+        log_changes = log.isEnabledFor(logging.INFO)
         journaled = False
         sends: list[s.Send] = []
         for eff in effects:
@@ -902,7 +909,7 @@ class CoordinatorServer:
                 self._appended += 1
                 self._dirty[eff.job] = self._appended
                 journaled = True
-            else:
+            elif log_changes:
                 # One line per state change, the job (and node, state) also as fields for JSON logs.
                 log.info(
                     "job %s: %s",
