@@ -919,17 +919,14 @@ def _defaults(cls: type[Message]) -> tuple[dict[str, Any], tuple[tuple[str, Call
     return plain, factories
 
 
-#: Per op: (class, field names, plain defaults, default factories, required fields).
+#: Per op: (class, field names, plain defaults, default factories, fields sent as lists
+#: that are tuples here).
 _DECODERS = {
     op: (
         cls,
         frozenset(_FIELDS[cls]),
         *_defaults(cls),
-        frozenset(
-            n
-            for n, f in _FIELDS[cls].items()
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ),
+        tuple(n for n in ("gpus", "lines") if n in _FIELDS[cls]),
     )
     for op, cls in OPS.items()
 }
@@ -952,27 +949,24 @@ def decode(m: Any) -> Message:
     found = _DECODERS.get(op) if isinstance(op, str) else None
     if found is None:
         raise RemoteProtocolError(f"unknown op {op!r}")
-    cls, names, plain, factories, required = found
-    kw = dict(plain)
-    kw.update(m)
+    cls, names, plain, factories, sequences = found
+    kw = {**plain, **m}
     del kw["op"]
-    if len(kw) != len(names) or not names.issuperset(kw):
-        for k in m:
-            if k != "op" and (not isinstance(k, str) or k not in names):
-                raise RemoteProtocolError(f"{op} has no field {k!r}")
+    if not names.issuperset(kw):
+        unknown = next(k for k in m if k != "op" and (not isinstance(k, str) or k not in names))
+        raise RemoteProtocolError(f"{op} has no field {unknown!r}")
     for name, factory in factories:
         if name not in kw:
             kw[name] = factory()
-    missing = required.difference(kw)
-    if missing:
-        raise RemoteProtocolError(f"{op} is missing {', '.join(n for n in _FIELDS[cls] if n in missing)}")
+    if len(kw) != len(names):  # every key is a field: some field is missing
+        raise RemoteProtocolError(f"{op} is missing {', '.join(n for n in _FIELDS[cls] if n not in kw)}")
     if cls is Submit:
         try:
             kw["spec"] = JobSpec.from_wire(kw["spec"])
         except ProtocolError as e:
             raise RemoteProtocolError(str(e)) from None
-    for k in ("gpus", "lines"):
-        if type(kw.get(k)) is list:
+    for k in sequences:
+        if type(kw[k]) is list:
             kw[k] = tuple(kw[k])
     msg = object.__new__(cls)
     msg.__dict__.update(kw)
