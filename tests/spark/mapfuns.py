@@ -280,14 +280,15 @@ def stream_consumer(args: Any, ctx: Any) -> None:
 
 
 def terminate_early(args: Any, ctx: Any) -> None:
-    """Stop on a record count, as TensorFlowOnSpark's examples stop on a step count."""
+    """Node ``args.terminator`` stops on a record count, as TensorFlowOnSpark's examples stop on
+    a step count; the others read to the end of the feed. Each records what it consumed."""
     feed = ctx.get_data_feed()
-    n = 0
+    records: list[Any] = []
     while not feed.should_stop():
-        n += len(feed.next_batch(100))
-        if n >= args.limit:
+        records += feed.next_batch(100)
+        if ctx.executor_id == args.terminator and len(records) >= args.limit:
             feed.terminate()
-    _record(args, ctx, consumed=n)
+    _record(args, ctx, consumed=len(records), records=records)
 
 
 def tfos_style(args: Any, ctx: Any) -> None:

@@ -258,11 +258,45 @@ def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path):
     assert sc.statusTracker().getActiveJobsIds() == []
 
 
-def test_terminate_inside_the_node_stops_feeding_and_the_job(sc, tmp_path):
-    cluster = tfs.run(sc, mapfuns.terminate_early, args_for(tmp_path, limit=300), 1, 0, input_mode=SPARK)
-    cluster.train(sc.parallelize(range(100_000), 20), num_epochs=1, feed_timeout=60)  # returns: stopping
-    status = cluster.shutdown()
-    assert status["state"] == "STOPPED" and "DataFeed.terminate() on worker:0" in status["stop_reason"]
-    consumed = json.loads((tmp_path / "0.json").read_text())["consumed"]
-    assert 300 <= consumed < 100_000
-    assert not alive(int(status["nodes"][0]["meta"]["child_pid"]))
+def test_terminate_ends_that_nodes_feed_only_and_the_other_node_is_fed_on(sc, tmp_path):
+    # TensorFlowOnSpark's DataFeed.terminate(): that node's feeding tasks skip the rest of their
+    # partitions without error, also once its map_fun has returned; the other node gets all of its own.
+    cluster = tfs.run(
+        sc, mapfuns.terminate_early, args_for(tmp_path, limit=300, terminator=0), 2, 0, input_mode=SPARK
+    )
+    parts = 20
+    rdd = sc.parallelize(range(100_000), parts)
+    cluster.train(rdd, num_epochs=1, feed_timeout=60)  # returns, raising nothing
+    status = cluster.shutdown(grace_secs=60)
+    assert status["state"] == "SUCCEEDED", status["error"] or status["stop_reason"]
+    nodes = {n["executor_id"]: n for n in status["nodes"]}
+    assert nodes[0]["meta"]["feed_terminated"] == 1 and "feed_terminated" not in nodes[1]["meta"]
+    assert {n["state"] for n in nodes.values()} == {"SUCCEEDED"}
+    first = json.loads((tmp_path / "0.json").read_text())
+    other = json.loads((tmp_path / "1.json").read_text())
+    assert 300 <= first["consumed"] < 100_000 // 2
+    # Partitions go round-robin by index: node 1 has every odd one, each record exactly once.
+    per = 100_000 // parts
+    assert sorted(other["records"]) == [x for p in range(1, parts, 2) for x in range(p * per, (p + 1) * per)]
+    assert not set(first["records"]) & set(other["records"])
+    assert not any(alive(int(n["meta"]["child_pid"])) for n in nodes.values())
+
+
+def test_terminate_in_a_streaming_job_requests_its_stop(sc, tmp_path):
+    # In a stream, a node's terminate() is the stop request (TensorFlowOnSpark's request_stop):
+    # shutdown(ssc) returns, every node's feed ends.
+    from pyspark.streaming import StreamingContext
+
+    cluster = tfs.run(
+        sc, mapfuns.terminate_early, args_for(tmp_path, limit=200, terminator=0), 1, 0, input_mode=SPARK
+    )
+    with pytest.warns(FutureWarning, match="DStream is deprecated"):
+        ssc = StreamingContext(sc, 0.5)
+    stream = ssc.queueStream([sc.parallelize(range(i * 100, (i + 1) * 100), 2) for i in range(200)])
+    cluster.train(stream, feed_timeout=30)
+    ssc.start()
+    status = cluster.shutdown(ssc, grace_secs=60)
+    assert status["state"] == "SUCCEEDED", status["error"] or status["stop_reason"]
+    assert status["nodes"][0]["meta"]["feed_terminated"] == 1
+    assert 200 <= json.loads((tmp_path / "0.json").read_text())["consumed"] < 200 * 100
+    assert sc.statusTracker().getActiveJobsIds() == []

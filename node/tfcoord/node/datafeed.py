@@ -15,8 +15,11 @@ Stopping comes in three strengths:
 * ``stop`` (the job is stopping): feeders are told to send nothing more; what they already
   handed over is still consumed, then ``should_stop()`` turns true;
 * ``terminate`` (``DataFeed.terminate()``): as ``stop``, and what is queued is dropped
-  (TensorFlowOnSpark drains its queue the same way); the node also asks the coordinator
-  to stop the job.
+  (TensorFlowOnSpark drains its queue the same way). It ends this node's feed only, as in
+  TensorFlowOnSpark: its feeding tasks skip the rest of their partitions without error
+  (also once ``map_fun`` has returned: the node's supervisor answers them until the job
+  ends), while the other nodes are fed on. The node's status shows ``feed_terminated``,
+  which a streaming job's ``shutdown(ssc)`` takes as its stop request.
 """
 
 from __future__ import annotations
@@ -83,8 +86,8 @@ class FeedServer:
         token: the job token feeders must prove they hold.
         job: the job id feeders must name.
         node: how errors name this node (``worker:0 (executor 1, host h)``).
-        on_terminate: called once with a reason when ``DataFeed.terminate()`` runs, to ask
-            the coordinator to stop the job.
+        on_terminate: called once with a reason when ``DataFeed.terminate()`` runs, to tell
+            the node's supervisor (which shows it in the node's status).
         on_stall: called once with the message when a queue's consumer stalled for its
             ``feed_timeout``, before the feeders hear of it: it stops the job with the reason
             ``feed_timeout``, so the nodes do not wait for data that never comes (an
@@ -521,7 +524,8 @@ class DataFeed:
         self.server.results(self._segments, list(results))
 
     def terminate(self) -> None:
-        """Stop the feed early: feeders stop, queued records are dropped, the job is asked to stop."""
+        """End this node's feed early: queued records are dropped and its feeding tasks skip
+        the rest of their partitions; other nodes are fed on (TensorFlowOnSpark's semantics)."""
         self.server.terminate()
         self.done_feeding = True
 

@@ -16,6 +16,7 @@ when the user calls ``ctx.release_port()``.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -52,6 +53,8 @@ from .supervisor import (
 from .tensorboard import TensorBoard
 from .tlsfiles import TlsFiles
 
+log = logging.getLogger("tfcoord.node")
+
 #: Entries of a map_fun's returned dict shown in the node's status (see result_meta).
 MAX_RESULT_ENTRIES = 16
 #: Roles that serve the others and are stopped when training ends.
@@ -62,6 +65,8 @@ FEED_STOP_GRACE_S = 10.0
 #: Connections a feed port queues before map_fun's process accepts them: one per
 #: concurrently feeding Spark task is plenty.
 FEED_BACKLOG = 128
+#: What map_fun's process says on its outcome pipe when its ``DataFeed.terminate()`` ran.
+FEED_TERMINATED = "feed_terminated"
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,7 @@ def result_meta(value: Any) -> dict[str, str | int | float]:
 
 def _request_stop(spec: NodeSpec, reason: str, ssl_context: ssl.SSLContext | None = None,
                   quiet: bool = False, cause: FailureReason = FailureReason.STOPPED) -> None:  # fmt: skip
-    """Ask the coordinator to stop this node's job (``DataFeed.terminate()``, a stalled feed).
+    """Ask the coordinator to stop this node's job (a stalled feed).
 
     ``quiet``: from a background thread; a failure is only printed (the job may have ended).
     ``cause``: the job's ``reason`` once stopped (``feed_timeout`` for a stalled feed).
@@ -173,9 +178,19 @@ def _child(
     ssl_context: ssl.SSLContext | None = None,
     output_fds: tuple[int, int] = (-1, -1),
 ) -> None:
-    """Runs in the forked child: the user's function; sends ("result", meta) or ("error", traceback)."""
+    """Runs in the forked child: the user's function; sends ("result", meta) or ("error", traceback).
+
+    Before that it may send ("feed_terminated", reason) once, when ``DataFeed.terminate()`` ran
+    (from whichever thread map_fun called it on).
+    """
     code = 0
     feed = None
+    sending = threading.Lock()
+
+    def tell(msg: tuple[str, Any]) -> None:
+        with sending:
+            outcome.send(msg)
+
     try:
         # Before anything else: if the supervisor is SIGKILLed (Spark cancelling the task),
         # we go with it rather than train on as an orphan.
@@ -202,7 +217,7 @@ def _child(
 
             feed = FeedServer(
                 feed_sock, spec.token, spec.job, node,
-                on_terminate=lambda r: _request_stop(spec, r, ssl_context),
+                on_terminate=lambda r: tell((FEED_TERMINATED, r)),
                 on_stall=lambda r: _request_stop(
                     spec, r, ssl_context, quiet=True, cause=FailureReason.FEED_TIMEOUT
                 ),
@@ -226,12 +241,12 @@ def _child(
         if feed is not None:  # feeders still connected hear that nobody will read their data
             feed.stop(f"map_fun on {node} returned")
             feed.close()
-        outcome.send(("result", result_meta(result)))
+        tell(("result", result_meta(result)))
     except BaseException:
         error = traceback.format_exc()
         if feed is not None:
             feed.fail(error)  # the feeding tasks fail with the node's traceback
-        outcome.send(("error", error))
+        tell(("error", error))
         code = 1
     finally:
         sys.stdout.flush()
@@ -260,10 +275,18 @@ class ForkedFunction(Child):
         self._feed_address = ""
         self._node = ""
         self._ended = threading.Event()
+        self._client: NodeClient | None = None
+        #: What map_fun's process said last: ("result", meta), ("error", text), or ("", None).
+        self._outcome: tuple[str, Any] = ("", None)
+        self._reader: threading.Thread | None = None
+        self._feed_terminated = threading.Event()
+        #: After a terminated feed: answers the feeders still coming that the node takes no data.
+        self._lingering: Any = None
         # Where summaries go and TensorBoard looks; map_fun finds it in TFCOORD_LOG_DIR.
         self._logdir = spec.log_dir or os.path.join(spec.working_dir or os.getcwd(), "tensorboard")
 
     def prepare(self, host: str, client: NodeClient) -> Meta:
+        self._client = client
         meta: Meta = {}
         if self.spec.feed and self.role in feedwire.FEED_ROLES:
             # Bound and listening before we register, so a feeder that learns the address
@@ -327,21 +350,41 @@ class ForkedFunction(Child):
         )
         self._proc.start()
         launch.port.release()  # our copy; the child holds the port until map_fun starts
-        if self._feed_sock is not None:
-            self._feed_sock.close()  # the child's copy accepts; once it exits, feeders are refused
+        # Our copy of the feed socket stays open but unused (the child's copy accepts), so that
+        # a node whose feed was terminated can go on answering its feeders after map_fun ends.
         released.set()
         send.close()
+        # Read from now on: a large traceback must not block the child on a full pipe, and a
+        # terminated feed is shown in the node's status while map_fun still runs.
+        self._reader = threading.Thread(target=self._read_child, name="tfcoord-node-outcome", daemon=True)
+        self._reader.start()
         assert self._proc.pid is not None
         return self._proc.pid
 
+    def _read_child(self) -> None:
+        while True:
+            try:
+                kind, payload = self._receive.recv()
+            except EOFError:  # the child died without a word (signal, os._exit in user code)
+                return
+            if kind != FEED_TERMINATED:
+                self._outcome = (kind, payload)
+                return
+            self._feed_terminated.set()
+            log.info("%s: DataFeed.terminate(): its feed is over (%s)", self._node, payload)
+            if self._client is not None:
+                try:
+                    self._client.heartbeat(meta={feedwire.FEED_TERMINATED_META: 1})
+                except (TfcoordError, OSError) as e:  # the job ended meanwhile; nothing to show it to
+                    log.debug("could not show the terminated feed of %s: %s", self._node, e)
+
     def wait(self) -> ChildExit:
-        assert self._proc is not None
-        try:  # read before joining: a large traceback must not block the child on a full pipe
-            kind, payload = self._receive.recv()
-        except EOFError:  # the child died without a word (signal, os._exit in user code)
-            kind, payload = "", None
+        assert self._proc is not None and self._reader is not None
+        self._reader.join()
+        kind, payload = self._outcome
         self._proc.join()
         self._ended.set()
+        self._after_feed(kind == "result")
         code = self._proc.exitcode or 0
         if kind == "error":
             return ChildExit(str(payload), code or 1)
@@ -350,6 +393,23 @@ class ForkedFunction(Child):
         if kind != "result":
             return ChildExit(f"map_fun process exited with code {code} without finishing", code or 1)
         return ChildExit("", 0, payload or {})
+
+    def _after_feed(self, succeeded: bool) -> None:
+        """map_fun ended: feeders are refused from now on, unless its feed was terminated and it
+        succeeded; then its feeding tasks still to come are told the node takes no more data, so
+        they skip their partitions (TensorFlowOnSpark's) while the other nodes are fed on."""
+        if self._feed_sock is None:
+            return
+        if not (succeeded and self._feed_terminated.is_set()):
+            self._feed_sock.close()
+            return
+        from .datafeed import FeedServer
+
+        self._lingering = FeedServer(self._feed_sock, self.spec.token, self.spec.job, self._node).start()
+        self._lingering.stop(f"DataFeed.terminate() on {self._node}: its feed is over")
+
+    def lingers(self) -> bool:
+        return self._lingering is not None
 
     def alive(self) -> bool:
         # Not Process.is_alive(): that reaps from the calling thread, and only wait() may.
@@ -373,6 +433,8 @@ class ForkedFunction(Child):
     def close(self) -> None:
         if self._board is not None:
             self._board.stop()
+        if self._lingering is not None:
+            self._lingering.close()
         if self._feed_sock is not None:
             self._feed_sock.close()
 

@@ -22,7 +22,8 @@ credit: a feeder may send one ``batch`` per credit; the node grants :data:`WINDO
 at ``welcome`` and one more each time its consumer has taken a whole batch, so a slow
 trainer bounds what is buffered at ``WINDOW_BATCHES`` batches per partition. ``done``
 says the consumer reached the partition's end; ``stop`` that the node takes no more data
-(the job is stopping, or ``DataFeed.terminate()``); ``keepalive`` keeps a feeder queued
+(the job is stopping, or its ``DataFeed.terminate()`` ran: the feeder then skips the rest of
+its partition, as TensorFlowOnSpark's does); ``keepalive`` keeps a feeder queued
 behind another partition from timing out while the node makes progress.
 
 Records and results travel as msgpack: None, bools, numbers, strings, bytes, lists/tuples
@@ -81,6 +82,10 @@ CONNECT_TIMEOUT_S = 10.0
 FEED_ROLES = ("chief", "master", "worker")
 #: The metadata key a node advertises its feed port under.
 FEED_META = "feed_address"
+#: The metadata key set (to 1) once a node's ``DataFeed.terminate()`` ran: its own feed is
+#: over (its feeding tasks skip their partitions); a streaming job takes it as the request to
+#: stop the stream (TensorFlowOnSpark's ``request_stop``).
+FEED_TERMINATED_META = "feed_terminated"
 
 _HEADER = struct.Struct(">I")
 

@@ -386,8 +386,8 @@ class SparkCluster:
         the job has ended; nodes still running after ``grace_secs`` are stopped (the job
         ends STOPPED, and an error after that point is not waited for).
 
-        With ``ssc`` (streaming): waits for a stop request (``tfcoord stop``,
-        ``DataFeed.terminate()``), then stops the streaming context gracefully.
+        With ``ssc`` (streaming): waits for a stop request (``tfcoord stop``, or
+        ``DataFeed.terminate()`` in any node), then stops the streaming context gracefully.
 
         Raises:
             JobFailed: the job failed (the message names the node and carries its
@@ -500,9 +500,10 @@ class SparkCluster:
         return FeedPlan(self.job, self.node.token, targets, qname, train, float(feed_timeout))
 
     def _feeding(self) -> bool:
-        """Whether the job still takes data (not stopping, stopped, failed or done)."""
+        """Whether a streaming job still takes data: not stopping, stopped, failed or done, and
+        no stop requested by a node (``DataFeed.terminate()``)."""
         try:
-            return self.driver.status(self.job).state in FEEDING_STATES
+            return not _stop_requested(self.driver.status(self.job))
         except TfcoordError:
             return False
 
@@ -514,10 +515,11 @@ class SparkCluster:
         Partitions go to the nodes round-robin by partition index; each node reads them
         with ``ctx.get_data_feed()``. ``num_epochs=0`` means 10 epochs, as in
         TensorFlowOnSpark (its map functions usually stop on a step count and call
-        ``terminate()``). Returns once every partition was consumed (an RDD), or at once
-        for a DStream, whose micro-batches are fed as they come until the job is stopped
-        (``tfcoord stop``, ``DataFeed.terminate()``); end a streaming job with
-        ``shutdown(ssc)``.
+        ``terminate()``: that node's feeding tasks then skip the rest of their partitions,
+        while the other nodes are fed on). Returns once every partition was consumed or
+        skipped (an RDD), or at once for a DStream, whose micro-batches are fed as they come
+        until a stop is requested (``tfcoord stop``, ``DataFeed.terminate()``); end a
+        streaming job with ``shutdown(ssc)``.
 
         Raises:
             JobFailed: a node failed (the message carries its traceback).
@@ -606,6 +608,11 @@ class SparkCluster:
             cause = [ln for ln in summary.splitlines() if "Error" in ln or "Stopped" in ln] or [summary]
             log.info("job %s is %s: feeding ended (%s)", self.job, st.state, cause[-1].strip()[:300])
             return
+        if st is not None and st.state == JobState.SUCCEEDED:
+            # Every node finished (each ended its feed with DataFeed.terminate(), or returned):
+            # the partitions left were not wanted, as TensorFlowOnSpark's feeders skip them.
+            log.info("job %s SUCCEEDED before every partition was fed; the rest was skipped", self.job)
+            return
         raise feedwire.FeedError(f"feeding job {self.job} failed: {summary}") from e
 
     def _feed_timeout(self, st: JobStatus) -> feedwire.FeedTimeout:
@@ -625,8 +632,15 @@ class SparkCluster:
                 log.debug("no end of feed for %s: %s", target.node, e)
 
     def _await_stop_request(self, timeout_s: float) -> None:
-        """Block until the job stops taking data (a stop was requested, or it ended)."""
-        watch_until(self.driver, self.job, lambda st: st.state not in FEEDING_STATES, timeout_s=timeout_s)
+        """Block until the job stops taking data (a stop was requested, a node terminated its
+        feed, or the job ended)."""
+        watch_until(self.driver, self.job, _stop_requested, timeout_s=timeout_s)
+
+
+def _stop_requested(st: JobStatus) -> bool:
+    """A streaming job must stop: it is stopping or ended, or a node's ``DataFeed.terminate()``
+    ran (TensorFlowOnSpark's ``request_stop``, which its feeding tasks send then)."""
+    return st.state not in FEEDING_STATES or any(n.meta.get(feedwire.FEED_TERMINATED_META) for n in st.nodes)
 
 
 def _spark_summary(e: BaseException) -> str:

@@ -130,6 +130,10 @@ class Child(ABC):
         """Ask the child to finish on its own before SIGTERM; True if it ended meanwhile."""
         return False
 
+    def lingers(self) -> bool:
+        """After a successful end: must the node stay up until the job ends (it still serves)?"""
+        return False
+
     def close(self) -> None:  # noqa: B027 - an optional hook
         """After the process ended (or never started): stop helpers, close what prepare opened."""
 
@@ -413,7 +417,9 @@ class NodeSupervisor:
             code = ended.exit_code if ended.exit_code > 0 else 1
             return self._report(client, FAILED, info, error=ended.error, exit_code=code)
         outcome = self._report(client, SUCCEEDED, info, meta=ended.meta)
-        if info.role in cfg.linger_roles:  # a ps or evaluator that returned: serve until told to stop
+        # A ps or evaluator that returned, or a node whose work still serves (a terminated feed
+        # answering its feeders): up, reported SUCCEEDED, until the job tells it to stop.
+        if info.role in cfg.linger_roles or self.child.lingers():
             self._stop.wait()
         return outcome
 

@@ -174,7 +174,8 @@ def batch_results(mgr: Any, results: Any, qname: str = "output") -> None:
 
 
 def terminate(mgr: Any, qname: str = "input") -> None:
-    """Stop the feed early and ask the job to stop (``DataFeed.terminate``)."""
+    """End this node's feed early (``DataFeed.terminate``): its feeding tasks skip the rest of
+    their partitions, the other nodes are fed on."""
     _feed(mgr, qname).terminate()
 
 
