@@ -182,7 +182,7 @@ def test_a_stop_ends_feeding_after_what_was_handed_over(server):
     assert list(feed(_plan(target), 1, [1])) == []
 
 
-def test_terminate_drops_the_queue_and_asks_for_the_job_to_stop(server):
+def test_terminate_drops_the_queue_and_tells_the_supervisor(server):
     srv, target, terminated = server
     df = DataFeed(srv)
     t = _Feeder(lambda: feed(_plan(target), 0, range(100_000)))
@@ -221,7 +221,7 @@ def test_a_node_without_a_feed_says_how_to_get_one():
 
 
 def test_a_node_may_stop_its_own_job_and_no_other(coordinator):
-    """DataFeed.terminate() asks the coordinator to stop the node's job with the job token."""
+    """A node whose feed stalled asks the coordinator to stop its job, with the job token."""
     from tfcoord.client import DriverClient, JobSpec, NodeClient, RequestRejected, make_roles
     from tfcoord.client import messages as m
     from tfcoord.node.executor import NodeSpec, _request_stop
@@ -231,9 +231,9 @@ def test_a_node_may_stop_its_own_job_and_no_other(coordinator):
         with NodeClient(coordinator.address, d.job_token(job), job, 0).connect() as n:
             n.register("127.0.0.1", 1)
             spec = NodeSpec(coordinator.address, d.job_token(job), job, print, None, (("worker", 0),))
-            _request_stop(spec, "DataFeed.terminate() on worker:0")
+            _request_stop(spec, "feed_timeout on worker:0")
             st = d.status(job)
-            assert st["state"] == "STOPPING" and st["stop_reason"] == "DataFeed.terminate() on worker:0"
+            assert st["state"] == "STOPPING" and st["stop_reason"] == "feed_timeout on worker:0"
             with pytest.raises(RequestRejected, match="forbidden"):
                 n.request(lambda i: m.StopJob(id=i, job=other, reason="not mine"))
         assert d.status(other)["state"] != "STOPPING"

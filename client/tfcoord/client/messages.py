@@ -899,7 +899,7 @@ OPS: dict[str, type[Message]] = {
 
 #: Which requests each authenticated role may send.
 DRIVER_OPS = frozenset({Submit, AwaitJob, WatchJob, StopJob, Status, GetLogs})
-# A node may stop its own job (DataFeed.terminate() in a streaming job); the server
+# A node may stop its own job (a fed node whose consumer stalled); the server
 # refuses any op of a node connection that names another job.
 NODE_OPS = frozenset({Register, AwaitCluster, Report, Heartbeat, Progress, NodeLogs, AwaitStop, StopJob})
 ADMIN_OPS = frozenset({AwaitJob, WatchJob, StopJob, Status, GetLogs})  # read and stop, never submit
