@@ -205,6 +205,35 @@ def test_batch_results_must_match_the_batch(server):
     assert t.outcome() == [0, 1, 4, 9, 16]
 
 
+def test_results_go_to_the_queue_named_qname_out_which_the_feeder_reads():
+    listener = socket.create_server(("127.0.0.1", 0))
+    queues = ("input", "output", "scores", "error")
+    srv = FeedServer(listener, TOKEN, JOB, "worker:0 (executor 0, host test)", queues=queues).start()
+    target = FeedTarget("worker:0", f"127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        plan = FeedPlan(JOB, TOKEN, (target,), "input", False, 10.0, qname_out="scores")
+        t = _Feeder(lambda: feed(plan, 0, range(4)))
+        df = DataFeed(srv, train_mode=False, qname_out="scores")
+        df.batch_results([x * 10 for x in df.next_batch(10)])
+        assert t.outcome() == [0, 10, 20, 30]
+        # A node answering on another queue than its feeder reads is told so, not left hanging.
+        t = _Feeder(lambda: feed(plan, 1, range(2)))
+        wrong = DataFeed(srv, train_mode=False)  # qname_out="output"
+        batch = wrong.next_batch(10)
+        with pytest.raises(ValueError, match=r"queue 'output' .*read queue 'scores'.*same queue"):
+            wrong.batch_results(batch)
+        df._segments = wrong._segments
+        df.batch_results(batch)
+        assert t.outcome() == [0, 1]
+        for bad in ({"qname_in": "inputs"}, {"qname_out": "results"}):
+            with pytest.raises(
+                ValueError, match=r"unknown queue '[a-z]+' \(qname_(in|out)\): this cluster's queues are"
+            ):
+                DataFeed(srv, train_mode=False, **bad)
+    finally:
+        srv.close()
+
+
 def test_input_mapping_returns_columns_by_tensor_name(server):
     srv, target, _ = server
     t = _Feeder(lambda: feed(_plan(target), 0, [(1, "a"), (2, "b")]))

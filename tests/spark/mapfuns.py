@@ -201,7 +201,7 @@ def infer_squares(args: Any, ctx: Any) -> None:
 
     from tfcoord.compat.tensorflowonspark import TFNode
 
-    feed = TFNode.DataFeed(ctx.mgr, False)
+    feed = TFNode.DataFeed(ctx.mgr, False, qname_out=getattr(args, "qname_out", "output"))
     while not feed.should_stop():
         batch = feed.next_batch(10)
         if batch:
@@ -335,7 +335,7 @@ def raise_after_first_batch(args: Any, ctx: Any) -> None:
 
     from tfcoord.compat.tensorflowonspark import TFNode
 
-    feed = TFNode.DataFeed(ctx.mgr, False)
+    feed = TFNode.DataFeed(ctx.mgr, False, qname_out=getattr(args, "qname_out", "output"))
     while not feed.should_stop():
         batch = feed.next_batch(10)
         if batch:

@@ -38,6 +38,22 @@ def test_inference_returns_the_sum_of_squares(sc, tmp_path):
     assert status["state"] == "SUCCEEDED"
 
 
+def test_inference_results_come_from_the_queue_named_qname_out(sc, tmp_path):
+    args = args_for(tmp_path, qname_out="scores")
+    cluster = tfs.run(
+        sc, mapfuns.infer_squares, args, 1, 0, input_mode=SPARK, queues=["input", "scores", "error"]
+    )
+    try:
+        with pytest.raises(
+            ValueError, match=r"unknown queue 'output'.*queues are \['input', 'scores', 'error'\]"
+        ):
+            cluster.inference(sc.parallelize(range(10), 2))  # qname_out="output" is not declared
+        results = cluster.inference(sc.parallelize(range(100), 4), feed_timeout=60, qname_out="scores")
+        assert sorted(results.collect()) == [x * x for x in range(100)]
+    finally:
+        assert cluster.shutdown(grace_secs=60)["state"] == "SUCCEEDED"
+
+
 def test_tensorflowonspark_inputmode_spark_numpy_results_sum(sc, tmp_path):
     # TensorFlowOnSpark's test_inputmode_spark: the node returns numpy arrays of squares,
     # Spark adds them up. The feed carries numpy values back as numpy (int32 here).

@@ -6,6 +6,8 @@ import getpass
 import os
 from types import SimpleNamespace
 
+import pytest
+
 from tfcoord.compat.tensorflowonspark import TFManager, TFNode, marker
 
 
@@ -38,6 +40,22 @@ def test_inference_batches_stop_at_a_partition_end_and_results_go_to_the_output_
         out = mgr.get_queue("output")
         assert [out.get(), out.get()] == [1, 4]
         assert feed.next_batch(10) == [3] and feed.should_stop()
+    finally:
+        mgr.shutdown()
+
+
+def test_results_go_to_the_queue_named_qname_out_and_an_unknown_name_is_refused() -> None:
+    mgr = TFManager.start(b"key", ["input", "scores"])
+    try:
+        q = mgr.get_queue("input")
+        for item in (1, 2, marker.EndPartition()):
+            q.put(item)
+        feed = TFNode.DataFeed(mgr, train_mode=False, qname_out="scores")
+        feed.batch_results([x * 10 for x in feed.next_batch(10)])
+        out = mgr.get_queue("scores")
+        assert [out.get(), out.get()] == [10, 20]
+        with pytest.raises(ValueError, match=r"unknown queue 'output'.*TFManager.start"):
+            TFNode.DataFeed(mgr, train_mode=False).batch_results([1])
     finally:
         mgr.shutdown()
 

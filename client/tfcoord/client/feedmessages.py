@@ -48,6 +48,9 @@ class Open(m.Message):
     kind: str = _f(_choice(OPEN_KINDS))
     partition: int = _f(_int(0, MAX_PARTITION), default=0)
     qname: str = _f(_text(MAX_QNAME_LEN, empty=False), default="input")
+    #: Inference: the queue whose results this feeder reads (the node's ``DataFeed(qname_out=...)``
+    #: must name the same; TensorFlowOnSpark's feeders read ``output``).
+    qname_out: str = _f(_text(MAX_QNAME_LEN, empty=False), default="output")
     train: bool = _f(_bool, default=True)
     feed_timeout_s: float = _f(_seconds(0.001), default=600.0)
     #: Why, for ``stop``.

@@ -66,6 +66,7 @@ class _Conn:
     qname: str
     train: bool
     feed_timeout_s: float
+    qname_out: str = "output"
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: Records taken by the consumer whose results have not come back (inference).
     owed: int = 0
@@ -88,6 +89,8 @@ class FeedServer:
         node: how errors name this node (``worker:0 (executor 1, host h)``).
         on_terminate: called once with a reason when ``DataFeed.terminate()`` runs, to tell
             the node's supervisor (which shows it in the node's status).
+        queues: the queue names the cluster declared (``run(..., queues=...)``); a DataFeed
+            naming another is refused. None: any name.
         on_stall: called once with the message when a queue's consumer stalled for its
             ``feed_timeout``, before the feeders hear of it: it stops the job with the reason
             ``feed_timeout``, so the nodes do not wait for data that never comes (an
@@ -104,8 +107,10 @@ class FeedServer:
         node: str,
         on_terminate: Callable[[str], None] | None = None,
         on_stall: Callable[[str], None] | None = None,
+        queues: tuple[str, ...] | None = None,
     ) -> None:
         self._listener = listener
+        self.queues = queues
         self._token = token
         self._job = job
         self.node = node
@@ -172,13 +177,35 @@ class FeedServer:
             if over:
                 return records, segments, t.eof
 
-    def results(self, segments: list[tuple[int, int]], results: list[Any]) -> None:
-        """Send the results of the last batch back to the feeders its records came from."""
+    def check_queue(self, qname: str, what: str) -> None:
+        """Refuse a queue name the cluster did not declare (``what``: the argument that named it)."""
+        if self.queues is not None and qname not in self.queues:
+            raise ValueError(
+                f"unknown queue {qname!r} ({what}): this cluster's queues are {list(self.queues)}; "
+                "declare it in run(..., queues=[...])"
+            )
+
+    def results(self, segments: list[tuple[int, int]], results: list[Any], qname_out: str = "output") -> None:
+        """Send the results of the last batch back to the feeders its records came from.
+
+        ``qname_out`` is the queue they go to: each feeder reads the results of the queue it
+        named (``cluster.inference(..., qname_out=...)``, ``output`` by default).
+        """
         total = sum(k for _, k in segments)
         if len(results) != total:
             raise ValueError(
                 f"batch_results got {len(results)} results for a batch of {total} records: "
                 "return exactly one result per record, in order"
+            )
+        with self._cond:
+            readers = {
+                c.qname_out for pid, _ in segments if (c := self._conns.get(pid)) is not None and not c.train
+            }
+        if readers - {qname_out}:
+            raise ValueError(
+                f"batch_results puts results on queue {qname_out!r} (DataFeed qname_out), but the feeding "
+                f"tasks of this batch read queue {sorted(readers)[0]!r} (cluster.inference(..., qname_out=...)): "
+                "name the same queue on both sides"
             )
         i = 0
         for pid, k in segments:
@@ -293,7 +320,14 @@ class FeedServer:
                     early = fm.Stop(reason=self._stopped)
                 else:
                     pid, self._next_pid = self._next_pid, self._next_pid + 1
-                    conn = _Conn(pid, sock, opening.qname, opening.train, float(opening.feed_timeout_s))
+                    conn = _Conn(
+                        pid,
+                        sock,
+                        opening.qname,
+                        opening.train,
+                        float(opening.feed_timeout_s),
+                        opening.qname_out,
+                    )
                     self._conns[pid] = conn
                     q = self.queue(conn.qname)
                     q.open(pid)
@@ -475,7 +509,9 @@ class DataFeed:
         train_mode: batches may run across partitions; with False (inference) a batch
             never spans two partitions, and ``batch_results`` must follow each batch.
         qname_in: the queue to read (``cluster.train(..., qname=...)``).
-        qname_out: accepted for compatibility; results go back to the feeding task directly.
+        qname_out: the queue ``batch_results`` puts results on: the feeding tasks of
+            ``cluster.inference(..., qname_out=...)`` (``output`` by default) read it, so both
+            must name the same queue.
         input_mapping: ``{column: tensor_name}``; when given, ``next_batch`` returns
             ``{tensor_name: [values]}`` with columns taken in sorted column order.
     """
@@ -493,6 +529,8 @@ class DataFeed:
                 "this node has no data feed: start the cluster with input_mode=InputMode.SPARK "
                 "and feed it with cluster.train() or cluster.inference()"
             )
+        server.check_queue(qname_in, "qname_in")
+        server.check_queue(qname_out, "qname_out")
         self.server = server
         self.train_mode = train_mode
         self.qname_in = qname_in
@@ -521,7 +559,7 @@ class DataFeed:
 
     def batch_results(self, results: Any) -> None:
         """Return one result per record of the last batch, in order (inference)."""
-        self.server.results(self._segments, list(results))
+        self.server.results(self._segments, list(results), self.qname_out)
 
     def terminate(self) -> None:
         """End this node's feed early: queued records are dropped and its feeding tasks skip

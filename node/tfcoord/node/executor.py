@@ -99,6 +99,8 @@ class NodeSpec:
     #: TensorFlowOnSpark-compatible nodes: ``tf.keras`` is Keras 2 when tf-keras is installed
     #: (see :mod:`.keras2`; an explicit ``TF_USE_LEGACY_KERAS`` wins).
     legacy_keras: bool = False
+    #: The queue names a fed node's DataFeed may use (``run(..., queues=...)``).
+    queues: tuple[str, ...] = ("input", "output", "error")
 
 
 def _requested_gpus(tf_args: Any) -> tuple[int, bool]:
@@ -221,6 +223,7 @@ def _child(
                 on_stall=lambda r: _request_stop(
                     spec, r, ssl_context, quiet=True, cause=FailureReason.FEED_TIMEOUT
                 ),
+                queues=spec.queues,
             ).start()  # fmt: skip
             ctx._feed = feed
         # The port must be ours alone from here: wait until the parent closed its copy.

@@ -40,6 +40,8 @@ class FeedPlan:
     qname: str = "input"
     train: bool = True
     feed_timeout_s: float = 600.0
+    #: Inference: the queue whose results the feeders read.
+    qname_out: str = "output"
 
     def target(self, partition: int) -> FeedTarget:
         return self.targets[fw.assign(partition, len(self.targets))]
@@ -127,6 +129,7 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
                 kind="feed",
                 partition=partition,
                 qname=plan.qname,
+                qname_out=plan.qname_out,
                 train=plan.train,
                 feed_timeout_s=float(plan.feed_timeout_s),
             )

@@ -189,6 +189,8 @@ def run(
         raise ValueError(
             "the cluster needs at least one worker or a chief/master: raise num_executors or lower num_ps"
         )
+    if isinstance(queues, str) or not all(isinstance(q, str) and q for q in queues):
+        raise ValueError(f"queues must be a list of queue names, not {queues!r}")
     roles = make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
     _ship_aliases(sc)
     spec = JobSpec(
@@ -219,6 +221,7 @@ def run(
             tls=tls,
             background=input_mode == InputMode.SPARK,
             legacy_keras=legacy_keras,
+            queues=tuple(queues),
         )
         cluster = SparkCluster(sc, driver, job, spec, node, embedded, input_mode, tensorboard)
     except BaseException:
@@ -476,7 +479,9 @@ class SparkCluster:
             raise ValueError(f"unknown queue {qname!r}: this cluster's queues are {list(self.queues)} "
                              "(declare it in run(..., queues=[...]))")  # fmt: skip
 
-    def _feed_plan(self, qname: str, train: bool, feed_timeout: float, *, feeding: bool = True) -> FeedPlan:
+    def _feed_plan(
+        self, qname: str, train: bool, feed_timeout: float, *, feeding: bool = True, qname_out: str = "output"
+    ) -> FeedPlan:
         if self.input_mode != InputMode.SPARK:
             raise ValueError(
                 "cluster.train() and cluster.inference() need run(..., input_mode=InputMode.SPARK)"
@@ -497,7 +502,7 @@ class SparkCluster:
             # independent: one slot feeds them all in turn).
             held = 0 if self.node.background else self._executor_nodes
             feedwire.check_slots(_task_slots(self.sc), held, len(targets))
-        return FeedPlan(self.job, self.node.token, targets, qname, train, float(feed_timeout))
+        return FeedPlan(self.job, self.node.token, targets, qname, train, float(feed_timeout), qname_out)
 
     def _feeding(self) -> bool:
         """Whether a streaming job still takes data: not stopping, stopped, failed or done, and
@@ -573,16 +578,22 @@ class SparkCluster:
         if st.reason == FailureReason.FEED_TIMEOUT:
             raise self._feed_timeout(st)
 
-    def inference(self, dataRDD: Any, feed_timeout: float = 600, qname: str = "input") -> Any:
+    def inference(
+        self, dataRDD: Any, feed_timeout: float = 600, qname: str = "input", qname_out: str = "output"
+    ) -> Any:
         """An RDD of the nodes' results: exactly one per record of ``dataRDD``, in order within each partition.
 
         Lazy, like any RDD: the records are fed when an action (``collect``,
         ``saveAsTextFile``) runs. Each node reads them with
-        ``ctx.get_data_feed(train_mode=False)`` and answers each batch with ``batch_results``.
+        ``ctx.get_data_feed(train_mode=False, qname_in=qname, qname_out=qname_out)`` and answers
+        each batch with ``batch_results``: the results go to queue ``qname_out`` (TensorFlowOnSpark's
+        ``output``), which the feeding tasks read; a node putting them on another queue gets an
+        error that says so. Both names must be among ``run(..., queues=...)``.
         """
         self._check_queue(qname)
+        self._check_queue(qname_out)
         with self._failing("cluster.inference()"):
-            plan = self._feed_plan(qname, False, feed_timeout)
+            plan = self._feed_plan(qname, False, feed_timeout, qname_out=qname_out)
         return dataRDD.mapPartitionsWithIndex(inference_partition(plan))
 
     def _raise_feed_failure(self, e: Exception) -> None:

@@ -58,13 +58,24 @@ class QueueDataFeed:
         self.train_mode = train_mode
         self.qname_in = qname_in
         self.qname_out = qname_out
+        self._queues: dict[str, Any] = {}
         self.done_feeding = False
         self.input_tensors = (
             [t for _, t in sorted(input_mapping.items())] if input_mapping is not None else None
         )
 
     def _queue(self, name: str) -> Any:
-        return self.mgr.get_queue(name)
+        queue = self._queues.get(name)
+        if queue is not None:
+            return queue
+        queue = self.mgr.get_queue(name)
+        if str(queue) == "None":  # the manager's answer for a name it does not serve
+            raise ValueError(
+                f"unknown queue {name!r}: this manager serves no such queue; name it in "
+                "TFManager.start(authkey, queues)"
+            )
+        self._queues[name] = queue
+        return queue
 
     def next_batch(self, batch_size: int) -> Any:
         """Up to ``batch_size`` items; fewer at the end of the feed (or of a partition, inference)."""
@@ -163,13 +174,13 @@ def next_batch(mgr: Any, batch_size: int, qname: str = "input") -> list[Any]:
 
 
 def batch_results(mgr: Any, results: Any, qname: str = "output") -> None:
-    """One result per record of the last ``next_batch``, in order (``cluster.inference``).
-
-    ``qname`` is accepted for compatibility: results go back to the feeding tasks directly.
-    """
+    """One result per record of the last ``next_batch``, in order (``cluster.inference``), on
+    queue ``qname``: the feeding tasks read it (``cluster.inference(..., qname_out=...)``)."""
     feed = _last.get(mgr) if isinstance(mgr, FeedServer) else None
     if feed is None:
         raise RuntimeError("batch_results() before next_batch(): there is no batch to answer")
+    mgr.check_queue(qname, "qname")
+    feed.qname_out = qname
     feed.batch_results(results)
 
 
