@@ -48,6 +48,8 @@ def test_inference_results_come_from_the_queue_named_qname_out(sc, tmp_path):
             ValueError, match=r"unknown queue 'output'.*queues are \['input', 'scores', 'error'\]"
         ):
             cluster.inference(sc.parallelize(range(10), 2))  # qname_out="output" is not declared
+        (node,) = cluster.cluster_info
+        assert f"{node['addr'][0]}:{node['addr'][1]}" == node["meta"]["feed_address"]  # its feed port
         results = cluster.inference(sc.parallelize(range(100), 4), feed_timeout=60, qname_out="scores")
         assert sorted(results.collect()) == [x * x for x in range(100)]
     finally:

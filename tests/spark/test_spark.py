@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -120,10 +121,23 @@ def test_tensorflow_and_tensorboard_ports_are_honoured(sc, tmp_path):
         assert url is not None and url.endswith(f":{tb_port}")
         with urllib.request.urlopen(url, timeout=30) as page:
             assert page.status == 200
+        # TensorFlowOnSpark's cluster_info and cluster_meta keys, with what they mean here.
+        (node,) = cluster.cluster_info
+        assert (node["executor_id"], node["job_name"], node["task_index"]) == (0, "worker", 0)
+        assert (node["port"], node["tb_port"]) == (tf_port, tb_port) and alive(node["tb_pid"])
+        assert node["addr"] is None and node["authkey"] is None  # no feed port (InputMode.TENSORFLOW)
+        meta = cluster.cluster_meta
+        assert meta["id"] == cluster.job and meta["cluster_template"] == {"worker": [0]}
+        assert meta["num_executors"] == 1 and meta["working_dir"] == os.getcwd() and meta["release_port"]
+        host, port = meta["server_addr"]
+        assert cluster.node.address == f"{host}:{port}"
     finally:
         (tmp_path / "done").touch()
         status = cluster.shutdown()
     assert status["nodes"][0]["port"] == tf_port
+    assert meta["default_fs"] == _records(tmp_path, 1)[0]["defaultFS"]
+    (node,) = cluster.cluster_info  # after shutdown: as the job ended
+    assert node["state"] == "SUCCEEDED" and node["tb_pid"] > 0 and not alive(node["tb_pid"])
     assert _records(tmp_path, 1)[0]["cluster_spec"]["worker"][0].endswith(f":{tf_port}")
 
 

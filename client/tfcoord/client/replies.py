@@ -27,6 +27,8 @@ _R = TypeVar("_R", bound="_Decoded")
 #: Node metadata written by the node runtime: the TensorBoard URL (pushed once TensorBoard
 #: answers) and what map_fun returned (``result.NAME`` per entry of the dict it returned).
 TENSORBOARD_META = "tensorboard_url"
+#: ... and TensorBoard's process id, from registration on.
+TENSORBOARD_PID_META = "tensorboard_pid"
 RESULT_META = "result."
 
 

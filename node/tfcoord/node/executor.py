@@ -32,7 +32,7 @@ from typing import Any
 from tfcoord.client import Client, NodeClient, TfcoordError
 from tfcoord.client import messages as m
 from tfcoord.client.client import ClusterInfo
-from tfcoord.client.replies import RESULT_META, TENSORBOARD_META
+from tfcoord.client.replies import RESULT_META, TENSORBOARD_META, TENSORBOARD_PID_META
 from tfcoord.client.vocab import FailureReason
 
 from . import feedwire, pdeath
@@ -306,7 +306,7 @@ class ForkedFunction(Child):
                 int(os.environ.get("TENSORBOARD_PORT", "0") or 0),
                 on_url=lambda url: client.heartbeat(meta={TENSORBOARD_META: url}),
             )
-            meta["tensorboard_pid"] = self._board.proc.pid
+            meta[TENSORBOARD_PID_META] = self._board.proc.pid
         return meta
 
     def before_launch(self, info: ClusterInfo) -> None:

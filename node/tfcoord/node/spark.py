@@ -22,7 +22,7 @@ from typing import Any
 
 from tfcoord.client import DriverClient, JobFailed, JobSpec, TfcoordError, auth, make_roles
 from tfcoord.client.progress import ProgressLines
-from tfcoord.client.replies import JobStatus
+from tfcoord.client.replies import TENSORBOARD_PID_META, JobStatus
 from tfcoord.client.vocab import FORMED_JOB, FailureReason, JobState, NodeState
 from tfcoord.client.watcher import FOREVER_S, ended, watch_until
 
@@ -276,8 +276,51 @@ class SparkCluster:
 
     @property
     def cluster_info(self) -> list[dict[str, Any]]:
-        """Every node as the coordinator sees it (role, index, host, port, GPUs, state, ...)."""
-        return [dict(n.wire) for n in self.driver.status(self.job).nodes]
+        """Every node, by executor id, with TensorFlowOnSpark's keys and the coordinator's view.
+
+        TensorFlowOnSpark's keys: ``executor_id``, ``host``, ``job_name``, ``task_index``,
+        ``port`` (its TensorFlow port); ``tb_pid`` and ``tb_port``, TensorBoard's process and
+        port beside the chief (or worker 0), else 0 (the port once TensorBoard answers);
+        ``addr``, the ``(host, port)`` of the node's feed port where it takes fed data
+        (InputMode.SPARK chief, master, worker), else None — where TensorFlowOnSpark has its
+        TFManager's address: tfcoord's nodes have no manager; and ``authkey``, always None:
+        feeders prove the job token, which is not shown here (TensorFlowOnSpark's per-node
+        manager key). Besides them, the coordinator's fields (``role``, ``index``,
+        ``state``, ``gpus``, ``meta``, ``error``, ...), read live; after ``shutdown``, as
+        the job ended.
+        """
+        try:
+            st = self.driver.status(self.job)
+        except TfcoordError:
+            if self.status is None:
+                raise
+            st = self.status
+        return [_tfos_node(n) for n in sorted(st.nodes, key=lambda n: n.executor_id)]
+
+    @property
+    def cluster_meta(self) -> dict[str, Any]:
+        """The cluster's description with TensorFlowOnSpark's keys.
+
+        ``id``: the job id (TensorFlowOnSpark draws a random number); ``cluster_template``:
+        ``{role: [executor ids]}``; ``num_executors``: the nodes; ``default_fs`` and
+        ``working_dir``: what ``ctx.defaultFS`` and ``ctx.working_dir`` hold; ``server_addr``:
+        the coordinator's ``(host, port)``, where the nodes register (TensorFlowOnSpark's
+        reservation server; ``tfcoord stop`` and ``reservation.Client(server_addr)`` reach
+        it); ``release_port``: run's argument.
+        """
+        template: dict[str, list[int]] = {}
+        for executor_id, (role, _) in enumerate(self.node.slots):
+            template.setdefault(role, []).append(executor_id)
+        host, _, port = self.node.address.rpartition(":")
+        return {
+            "id": self.job,
+            "cluster_template": template,
+            "num_executors": self.spec.size,
+            "default_fs": self.node.default_fs,
+            "working_dir": self.node.working_dir,
+            "server_addr": (host.strip("[]"), int(port)),
+            "release_port": self.node.release_port,
+        }
 
     def _launch(self, driver_ps_nodes: bool, num_ps: int) -> None:
         first = num_ps if driver_ps_nodes else 0
@@ -652,6 +695,25 @@ def _stop_requested(st: JobStatus) -> bool:
     """A streaming job must stop: it is stopping or ended, or a node's ``DataFeed.terminate()``
     ran (TensorFlowOnSpark's ``request_stop``, which its feeding tasks send then)."""
     return st.state not in FEEDING_STATES or any(n.meta.get(feedwire.FEED_TERMINATED_META) for n in st.nodes)
+
+
+def _tfos_node(n: Any) -> dict[str, Any]:
+    """One node of ``cluster_info``: TensorFlowOnSpark's keys first, then the coordinator's."""
+    url = n.tensorboard_url
+    feed = n.meta.get(feedwire.FEED_META)
+    feed_host, _, feed_port = str(feed or "").rpartition(":")
+    return {
+        "executor_id": n.executor_id,
+        "host": n.host,
+        "job_name": n.role,
+        "task_index": n.index,
+        "port": n.port,
+        "tb_pid": int(n.meta.get(TENSORBOARD_PID_META, 0) or 0),
+        "tb_port": int(url.rpartition(":")[2].split("/")[0]) if url else 0,
+        "addr": (feed_host.strip("[]"), int(feed_port)) if feed else None,
+        "authkey": None,
+        **n.wire,
+    }
 
 
 def _spark_summary(e: BaseException) -> str:
