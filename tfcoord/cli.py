@@ -58,6 +58,7 @@ from tfcoord.client import (
     Unreachable,
     __version__,
     auth,
+    connfile,
     make_roles,
     tls,
 )
@@ -255,10 +256,20 @@ def _connect(cfg: ClientConfig, args: argparse.Namespace, role: str = "driver") 
 
 
 def _admin_config(args: argparse.Namespace) -> ClientConfig:
-    """Address and the admin secret, for the commands that act on any job (status, stop)."""
+    """Address and the admin secret, for the commands that act on any job (status, stop).
+
+    Without an address, an embedded coordinator this user runs on this machine (a Spark
+    driver's) is found through its connection file (:mod:`tfcoord.client.connfile`).
+    """
     address = args.address or os.environ.get(ADDRESS_ENV)
     if not address:
-        raise UsageError(f"no coordinator address: pass --address HOST:PORT or set {ADDRESS_ENV}")
+        local = _local_coordinator(args)
+        if local is not None:
+            return local
+        raise UsageError(
+            f"no coordinator address: pass --address HOST:PORT or set {ADDRESS_ENV} (no embedded "
+            f"coordinator of yours runs on this machine: none in {connfile.runtime_dir(os.environ)})"
+        )
     path = args.admin_secret_file or os.environ.get(ADMIN_SECRET_FILE_ENV)
     if not path:
         secret_file = args.secret_file or os.environ.get(SECRET_FILE_ENV)
@@ -268,6 +279,39 @@ def _admin_config(args: argparse.Namespace) -> ClientConfig:
         path = secret_file + ADMIN_SUFFIX
     _check_address(address)
     return ClientConfig(address, _credential(Path(path), "admin secret", create=False), _client_tls())
+
+
+def _local_coordinator(args: argparse.Namespace) -> ClientConfig | None:
+    """The embedded coordinator of this user's on this machine: the one there is, or the one
+    that holds ``args.job`` when there are several; None when there is none."""
+    try:
+        found = list(connfile.find(connfile.runtime_dir(os.environ)))
+    except connfile.ConnectionFileError as e:
+        raise UsageError(str(e)) from None
+    configs = []
+    for conn in found:
+        try:
+            context = _client_tls() or (tls.client_context(ca_pem=conn.ca_pem) if conn.ca_pem else None)
+        except TlsError as e:
+            raise UsageError(str(e)) from None
+        configs.append((conn, ClientConfig(conn.address, conn.admin_secret, context)))
+    if len(configs) <= 1:
+        return configs[0][1] if configs else None
+    job = getattr(args, "job", None)
+    if job:
+        for _, cfg in configs:
+            try:
+                with _connect(cfg, args, role="admin") as c:
+                    c.status(job)
+                return cfg
+            except TfcoordError:  # not this one's job, or it is going away
+                continue
+    names = ", ".join(conn.address for conn, _ in configs)
+    raise UsageError(
+        f"{len(configs)} embedded coordinators of yours run here ({names}) and none was chosen"
+        + (f" that holds job {job}" if job else "")
+        + ": pass --address HOST:PORT"
+    )
 
 
 def _client_tls() -> ssl.SSLContext | None:

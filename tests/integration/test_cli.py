@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tfcoord.client import DriverClient, JobSpec, NodeClient, RequestRejected, auth, make_roles
+from tfcoord.client import DriverClient, JobSpec, NodeClient, RequestRejected, auth, make_roles, tls
 
 from .rawwire import wait_until
 from .served import START_TIMEOUT_S, TFCOORD, Served
@@ -275,3 +275,51 @@ def test_logs_of_a_real_two_node_local_job(served):
     assert served.cli("logs", job, "--follow").stdout == every.stdout  # the job has ended: no waiting
     bad = served.cli("logs", job, "--node", "worker:7")
     assert bad.returncode == 2 and "its nodes are worker:0-1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_stop_finds_an_embedded_coordinator_of_this_user_without_flags(tmp_path):
+    """A Spark driver's embedded coordinator (TLS with its own certificate, random credentials)
+    writes a connection file only its user can read; another shell stops a job through it with
+    `tfcoord stop JOB`, or TensorFlowOnSpark's utils/stop_streaming.py HOST PORT."""
+    from tfcoord.coordinator.embedded import EmbeddedCoordinator
+
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TFCOORD_")}
+    env["TFCOORD_RUNTIME_DIR"] = str(run)
+    root = Path(__file__).resolve().parents[2]
+    coord = EmbeddedCoordinator(host="0.0.0.0", ephemeral_tls=True, connection_dir=run).start()
+    try:
+        (path,) = run.iterdir()
+        assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(run.stat().st_mode & 0o777) == "0o700"
+        context = tls.client_context(ca_pem=coord.ca_pem)
+        with DriverClient(coord.address, coord.secret, ssl_context=context) as d:
+            first, second = d.submit(JobSpec(roles=make_roles(1))), d.submit(JobSpec(roles=make_roles(1)))
+            stop = subprocess.run(
+                [*TFCOORD, "stop", first], capture_output=True, text=True, timeout=60, env=env
+            )
+            assert stop.returncode == 0 and f"job {first}" in stop.stdout, stop.stderr
+            assert d.status(first)["state"] == "STOPPED"  # no node had registered: stopped at once
+            assert not d.status(second).terminal  # only the job named was stopped
+            # TensorFlowOnSpark's script, unchanged, with the host and port the driver logs.
+            host = coord.address.rpartition(":")[0]
+            script = subprocess.run(
+                [
+                    sys.executable,
+                    str(root / "examples" / "utils" / "stop_streaming.py"),
+                    host,
+                    str(coord.port),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+            )
+            assert script.returncode == 0, script.stderr
+            assert d.status(second)["state"] == "STOPPED"
+            assert "stop_streaming.py" in d.status(second)["stop_reason"]
+    finally:
+        coord.stop()
+    assert list(run.iterdir()) == []  # removed when the coordinator stopped
+    gone = subprocess.run([*TFCOORD, "stop", "job-x"], capture_output=True, text=True, timeout=60, env=env)
+    assert gone.returncode == 2 and "no coordinator address" in gone.stderr and str(run) in gone.stderr
+    assert "Traceback" not in gone.stderr

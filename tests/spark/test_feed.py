@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tfcoord.client import JobFailed, auth
+from tfcoord.client import JobFailed
 from tfcoord.node import spark as tfs
 
 from . import mapfuns
@@ -219,10 +220,19 @@ def test_feeding_a_tensorflow_mode_cluster_is_refused(sc, tmp_path):
         cluster.shutdown()
 
 
-def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path):
+def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path, monkeypatch):
     from pyspark.streaming import StreamingContext
 
+    # The embedded coordinator on the port TensorFlowOnSpark's TFOS_SERVER_PORT names (bind-close:
+    # the only way to name a port in advance, as a user does); its connection file in a runtime
+    # directory of the test's own.
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("TFOS_SERVER_PORT", str(port))
+    monkeypatch.setenv("TFCOORD_RUNTIME_DIR", str(tmp_path / "run"))
     cluster = tfs.run(sc, mapfuns.stream_consumer, args_for(tmp_path), 1, 0, input_mode=SPARK)
+    assert cluster.cluster_meta["server_addr"][1] == port and cluster._embedded.port == port
     with pytest.warns(FutureWarning, match="DStream is deprecated"):
         ssc = StreamingContext(sc, 0.5)
     batches = 200
@@ -235,27 +245,12 @@ def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path):
         assert time.monotonic() < deadline, "the stream fed nothing"
         time.sleep(0.1)
 
-    # Another shell stops the job as an operator would: with the coordinator's admin
-    # credential (each driver sees only its own jobs) and, as the embedded coordinator
-    # serves TLS by default, its CA.
-    secret = tmp_path / "secret"
-    auth.write_secret(secret, cluster._embedded.secret)
-    auth.write_secret(tmp_path / "secret.admin", cluster._embedded.admin_secret)
-    env = dict(os.environ)
-    if cluster._embedded.ca_pem is not None:
-        (tmp_path / "ca.pem").write_text(cluster._embedded.ca_pem)
-        env["TFCOORD_TLS_CA"] = str(tmp_path / "ca.pem")
-    cli = [
-        sys.executable,
-        "-m",
-        "tfcoord",
-        "stop",
-        cluster.job,
-        "--address",
-        cluster._embedded.address,
-        "--secret-file",
-        str(secret),
-    ]
+    # Another shell of the same user stops the job with no flags: the embedded coordinator's
+    # connection file (mode 600) gives its address, admin credential and CA.
+    (conn,) = (tmp_path / "run").iterdir()
+    assert conn.name == f"coordinator-{port}.json" and oct(conn.stat().st_mode & 0o777) == "0o600"
+    env = {k: v for k, v in os.environ.items() if k not in ("TFCOORD_ADDRESS", "TFCOORD_SECRET_FILE")}
+    cli = [sys.executable, "-m", "tfcoord", "stop", cluster.job]
     dry = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, timeout=60, env=env)
     assert dry.returncode == 0 and "would stop 1 node(s)" in dry.stdout and "dry run" in dry.stdout
     assert cluster.driver.status(cluster.job)["state"] == "RUNNING"
@@ -274,6 +269,7 @@ def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path):
     node = status["nodes"][0]
     assert node["state"] == "STOPPED" and not alive(int(node["meta"]["child_pid"]))
     assert sc.statusTracker().getActiveJobsIds() == []
+    assert not conn.exists()  # removed with the coordinator
 
 
 def test_terminate_ends_that_nodes_feed_only_and_the_other_node_is_fed_on(sc, tmp_path):

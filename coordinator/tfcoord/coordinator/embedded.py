@@ -9,11 +9,14 @@ Its state lives in memory and ends with the driver. It runs the same
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tfcoord.client import auth, tls
+from tfcoord.client import auth, connfile, tls
 
 from .server import (
     DEFAULT_MAX_HTTP_CONNECTIONS,
@@ -28,6 +31,8 @@ from .service import CoordinatorService, EngineFactory, HttpConfig, ServiceConfi
 
 if TYPE_CHECKING:
     from .mesos.config import MesosConfig
+
+log = logging.getLogger("tfcoord.coordinator")
 
 #: Starting the loop and binding a socket takes milliseconds; this only guards a hang.
 START_TIMEOUT_S = 30.0
@@ -68,6 +73,10 @@ class EmbeddedCoordinator:
         mesos_gpus: advertise GPU_RESOURCES from the start (a job that wants GPUs is coming).
         ephemeral_tls: serve TLS with a certificate made now, for this coordinator only (see
             ``coordinator.ephemeral``); its CA is :attr:`ca_pem`.
+        connection_dir: write a connection file there once serving (this user's alone,
+            see :mod:`tfcoord.client.connfile`), removed on stop, so ``tfcoord stop`` in
+            another shell finds this coordinator; a directory that is not safe is logged
+            and skipped.
         options: further :class:`ServerConfig` fields (limits, TLS). ``max_connections``
             and ``max_unauthenticated`` are checked against RLIMIT_NOFILE (see
             :func:`_descriptor_budget`); without them, they are derived from it.
@@ -86,9 +95,13 @@ class EmbeddedCoordinator:
         mesos_gpus: bool = False,
         admin_secret: bytes | None = None,
         ephemeral_tls: bool = False,
+        connection_dir: Path | None = None,
         **options: Any,
     ) -> None:
         self.secret = secret or auth.new_secret()
+        self._connection_dir = connection_dir
+        #: The connection file written for this coordinator, while it serves.
+        self.connection_file: Path | None = None
         #: With ``ephemeral_tls``, the PEM of the coordinator's own CA: what its clients pin
         #: (``tls.client_context(ca_pem=...)``, ``TlsFiles(ca_pem=...)``).
         self.ca_pem: str | None = None
@@ -170,7 +183,25 @@ class EmbeddedCoordinator:
         self._thread = threading.Thread(target=run, name="tfcoord-embedded-coordinator", daemon=True)
         self._thread.start()
         started.result(timeout=START_TIMEOUT_S + self.config.start_budget_s)
+        if self._connection_dir is not None:
+            self._write_connection_file(self._connection_dir)
         return self
+
+    def _write_connection_file(self, directory: Path) -> None:
+        host = self.config.server.host
+        local = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(host)
+        conn = connfile.Connection(
+            address=f"{local}:{self.port}" if local else self.address,
+            advertised=self.address,
+            port=self.port,
+            admin_secret=self.admin_secret,
+            ca_pem=self.ca_pem,
+            pid=os.getpid(),
+        )
+        try:
+            self.connection_file = connfile.write(directory, conn)
+        except connfile.ConnectionFileError as e:
+            log.warning("no connection file (tfcoord stop needs --address and credentials): %s", e)
 
     def call(self, fn, *args):
         """Run ``fn(*args)`` on the coordinator's loop and return its result (for inspection)."""
@@ -204,6 +235,9 @@ class EmbeddedCoordinator:
 
     def stop(self) -> None:
         """Close the service (its one shutdown order) and end the loop's thread."""
+        if self.connection_file is not None:
+            connfile.remove(self.connection_file, os.getpid())
+            self.connection_file = None
         if self._loop is not None and not self._loop.is_closed():
             try:
                 asyncio.run_coroutine_threadsafe(self.service.close(), self._loop).result(

@@ -105,8 +105,23 @@ def _coordinator(
             "the embedded coordinator serves PLAINTEXT (plaintext=True): anyone on the network between "
             "the driver and the executors can read cluster specs and tracebacks and inject requests"
         )
+    from tfcoord.client import connfile
+
     embedded = start_embedded(
-        host="0.0.0.0", advertise_host=host, port=int(port or 0), ephemeral_tls=not plaintext
+        host="0.0.0.0",
+        advertise_host=host,
+        port=int(port or 0),
+        ephemeral_tls=not plaintext,
+        # Another shell of this user stops a streaming job with `tfcoord stop JOB` or
+        # TensorFlowOnSpark's utils/stop_streaming.py HOST PORT, without flags.
+        connection_dir=connfile.runtime_dir(os.environ),
+    )
+    log.info(
+        "coordinator listening at %s (stop a job from another shell: tfcoord stop JOB, or "
+        "stop_streaming.py %s %s)",
+        embedded.address,
+        host,
+        embedded.port,
     )
     pinned = TlsFiles(ca_pem=embedded.ca_pem) if embedded.ca_pem else None
     return embedded.address, embedded.secret, pinned, embedded
