@@ -88,6 +88,8 @@ def test_the_examples_are_tensorflowonsparks_own():
         if name == "mnist_inference.py":  # the one edit NumPy 2 forces
             theirs = theirs.replace("astype(np.int)", "astype(int)")
         assert ours == theirs, name
+    stop = "utils/stop_streaming.py"  # stops a streaming job from another shell (reservation.Client)
+    assert (ROOT / "examples" / stop).read_text() == (PUBLISHED.parents[1] / stop).read_text()
 
 
 def _labels(mnist: Path, split: str) -> Counter[int]:
