@@ -48,8 +48,9 @@ ALIASES: dict[str, str] = {
     "tensorflowonspark": "tfcoord.compat.tensorflowonspark",
     "tfmesos2": "tfcoord.compat.tfmesos2",
 }
-#: A module only the real distribution has: tells a real install from our own shim, which
-#: the path finder also finds on executors (see shim_zip).
+#: A module the real distribution has beside its __init__: tells a real install from our own
+#: shim, which the path finder also finds on executors (see shim_zip) and which holds only an
+#: __init__ (tfcoord's reservation.Client lives in the alias's target, never on the path).
 REAL_MARKERS: dict[str, str] = {"tensorflowonspark": "reservation", "tfmesos2": "server"}
 #: Set in the shim package; a path-found package that has it is ours, not a real install.
 SHIM_ATTR = "__tfcoord_alias__"
