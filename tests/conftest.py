@@ -18,6 +18,24 @@ settings.register_profile("tfcoord", derandomize=True, database=None, deadline=N
 settings.load_profile("tfcoord")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Connection files of the session's embedded coordinators (Spark drivers) go to a directory
+    of its own, and `tfcoord stop/status` run by tests look only there: never at the user's
+    own coordinators, nor at those of test sessions running beside this one."""
+    import os
+
+    run = tmp_path_factory.mktemp("run")
+    run.chmod(0o700)
+    before = os.environ.get("TFCOORD_RUNTIME_DIR")
+    os.environ["TFCOORD_RUNTIME_DIR"] = str(run)
+    yield
+    if before is None:
+        os.environ.pop("TFCOORD_RUNTIME_DIR", None)
+    else:
+        os.environ["TFCOORD_RUNTIME_DIR"] = before
+
+
 @pytest.fixture
 def coordinator() -> Iterator[EmbeddedCoordinator]:
     """A real coordinator serving on 127.0.0.1:0 in a background thread; validated at teardown."""

@@ -178,6 +178,7 @@ def test_serve_refuses_a_retention_of_nothing(tmp_path):
 
 def test_client_commands_explain_missing_configuration(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TFCOORD_")}
+    env["TFCOORD_RUNTIME_DIR"] = str(tmp_path / "run")  # no embedded coordinator of ours to fall back on
     out = subprocess.run([*TFCOORD, "status"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "TFCOORD_ADDRESS" in out.stderr
     loose = tmp_path / "loose"
