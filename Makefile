@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml client/pyproject.toml node/pyproject.toml coordinator/pyproject.toml aliases/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ./client -e ./node -e ./coordinator -e '.[spark,tensorflow,examples,test,docs]'
+	$(PY) -m pip install --quiet -e ./client -e ./node -e './coordinator[zookeeper]' -e '.[spark,tensorflow,examples,test,docs]'
 	# `import tensorflowonspark` / `import tfmesos2` give tfcoord's APIs (a .pth file; see tfcoord/aliases.py).
 	$(PY) -m pip install --quiet --no-deps ./aliases
 	# tf.keras as Keras 2 for TensorFlowOnSpark's programs (node/tfcoord/node/keras2.py). tf-keras

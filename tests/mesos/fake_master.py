@@ -53,6 +53,17 @@ Theory of operation
   included. TEARDOWN kills every task and ends the stream; a later SUBSCRIBE with that id gets
   an ERROR event ("Framework has been removed").
 
+* Several masters, as production runs them: each can register in a real ZooKeeper the way a
+  Mesos master contends for leadership (:meth:`FakeMaster.register_in_zookeeper`: an
+  ephemeral sequential znode ``<path>/json.info_<seq>`` holding its MasterInfo JSON; the
+  lowest sequence leads), a standby answers every request with a 307 to the leader
+  (:meth:`FakeMaster.set_leader`), and :meth:`FakeMaster.take_over` is a master failover: the
+  standby leads with what the agents report to it (the agents, the frameworks, their tasks and
+  unacknowledged updates -- the task processes keep running), every framework is disconnected
+  and keeps its tasks if it resubscribes within its ``failover_timeout`` (counted from the
+  failover), the old leader redirects to the new one, and :meth:`FakeMaster.leave_zookeeper`
+  ends its ZooKeeper session so its znode goes. :func:`fail_over` does the whole sequence.
+
 * :meth:`FakeMaster.fail_next` answers the next calls of a type with an error status (503 by
   default) and ignores them, with the stream left up: a master mid-election, a proxy timing out.
 
@@ -624,6 +635,14 @@ class FakeMaster:
         #: offer the round made is already queued on the streams.
         self.allocation_rounds = 0
         self._leader: str | None = None
+        #: Requests answered with a 307 to the leader.
+        self.redirects = 0
+        #: The master that took over from this one (see :meth:`take_over`): the agents report
+        #: to it, so every task update goes there.
+        self._successor: FakeMaster | None = None
+        self._zk: Any = None
+        #: This master's znode in ZooKeeper while it is registered there.
+        self.znode: str | None = None
         #: Injected call failures: call type -> [(status, text), ...], the next ones first.
         self._failures: dict[str, deque[tuple[int, str]]] = {}
         self._framework_seq = itertools.count()
@@ -731,6 +750,7 @@ class FakeMaster:
     async def stop(self) -> None:
         """Kill every task process, drop every stream, stop serving, remove the sandboxes."""
         self._stopping = True
+        await self.leave_zookeeper()
         for fw in self.frameworks.values():
             if fw.failover_handle is not None:
                 fw.failover_handle.cancel()
@@ -828,6 +848,16 @@ class FakeMaster:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+        owner = self._owner()
+        if owner is not self:
+            owner._notify()
+
+    def _owner(self) -> FakeMaster:
+        """The master the agents report to now: this one, or the one that took over from it."""
+        master = self
+        while master._successor is not None:
+            master = master._successor
+        return master
 
     # ---- fault injection -------------------------------------------------------------
 
@@ -926,6 +956,87 @@ class FakeMaster:
             if drop_streams:
                 await self.disconnect()
         self._wake.set()
+
+    # ---- several masters: ZooKeeper and failover -----------------------------------
+
+    async def register_in_zookeeper(self, servers: str, path: str = "/mesos") -> str:
+        """Contend for leadership as a Mesos master does: in a ZooKeeper session of its own,
+        create the ephemeral sequential znode ``<path>/json.info_<seq>`` holding this master's
+        MasterInfo as JSON. The lowest sequence leads; this does not make the master lead or
+        follow (:meth:`set_leader`, :meth:`take_over` do). Returns the znode's path."""
+        from kazoo.client import KazooClient
+
+        if self._zk is not None:
+            raise RuntimeError(f"master {self.id} is already registered as {self.znode}")
+        client = KazooClient(hosts=servers, timeout=10.0)
+        await asyncio.to_thread(client.start, 30.0)
+        self._zk = client
+        data = json.dumps(self._master_info()).encode()
+        self.znode = await asyncio.to_thread(
+            client.create,
+            f"{path.rstrip('/')}/json.info_",
+            data,
+            ephemeral=True,
+            sequence=True,
+            makepath=True,
+        )
+        log.info("fake Mesos master %s registered in ZooKeeper as %s", self.id, self.znode)
+        return str(self.znode)
+
+    async def leave_zookeeper(self) -> None:
+        """End this master's ZooKeeper session, as a master that exits or loses its lease
+        does: its znode is deleted with the session, and the next master in line leads."""
+        client, self._zk, self.znode = self._zk, None, None
+        if client is not None:
+
+            def close() -> None:
+                client.stop()
+                client.close()
+
+            await asyncio.to_thread(close)
+
+    async def take_over(self, old: FakeMaster) -> None:
+        """Lead in place of ``old`` (a master failover; call it on a standby).
+
+        What a new Mesos master learns from the agents re-registering with it comes over:
+        the agents, every framework with its tasks (still running, their processes untouched)
+        and their unacknowledged updates; outstanding offers do not. Every framework is
+        disconnected (its stream to ``old`` is dropped) and is torn down unless it
+        resubscribes here within its ``failover_timeout``, counted from now. ``old`` answers
+        every request with a 307 to this master from now on, and allocates nothing.
+        """
+        if old is self or old._successor is not None:
+            raise ValueError("take over from another master that still leads")
+        old._leader = self.address
+        old._successor = self
+        streams = []
+        for fw in old.frameworks.values():
+            if fw.failover_handle is not None:
+                fw.failover_handle.cancel()
+                fw.failover_handle = None
+            if fw.stream is not None:
+                streams.append(fw.stream)
+                fw.stream = None
+        self.agents = old.agents
+        self.frameworks.update(old.frameworks)
+        self.task_history.extend(old.task_history)
+        self._background |= old._background
+        old.frameworks, old.offers, old.task_history, old._background = {}, {}, [], set()
+        self._leader = None
+        loop = asyncio.get_running_loop()
+        for fw in self.frameworks.values():
+            if fw.removed or fw.stream is not None:
+                continue
+            fw.filters.clear()  # the new allocator starts without the old one's filters
+            timeout = float(fw.info.get("failover_timeout", 0.0) or 0.0)
+            fw.failover_handle = loop.call_later(max(timeout, 0.0), self._failover_expired, fw)
+        for stream in streams:
+            stream.abort()
+        log.info("fake Mesos master %s took over from %s", self.id, old.id)
+        self._wake.set()
+        old._wake.set()
+        self._notify()
+        old._notify()
 
     # ---- HTTP ------------------------------------------------------------------------
 
@@ -1031,6 +1142,7 @@ class FakeMaster:
         return web.json_response({"tasks": tasks})
 
     def _redirect(self, request: web.Request) -> web.Response:
+        self.redirects += 1
         # A real master answers with a scheme-relative URL to the same path on the leader.
         return web.Response(
             status=307,
@@ -1632,8 +1744,8 @@ class FakeMaster:
 
     def _spawn_background(self, coro: Awaitable[Any]) -> None:
         t = asyncio.ensure_future(coro)
-        self._background.add(t)
-        t.add_done_callback(self._background.discard)
+        self._owner()._background.add(t)
+        t.add_done_callback(lambda done: self._owner()._background.discard(done))
 
     async def _run_task(self, fw: FakeFramework, agent: Agent, task: FakeTask) -> None:
         try:
@@ -1771,6 +1883,8 @@ class FakeMaster:
         return status
 
     def _record(self, task: FakeTask, status: dict[str, Any]) -> None:
+        if self._successor is not None:
+            return self._owner()._record(task, status)
         task.statuses.append(status)
         task.state = status["state"]
         if task.terminal:
@@ -1779,12 +1893,16 @@ class FakeMaster:
 
     def _push_update(self, task: FakeTask, status: dict[str, Any]) -> None:
         """Queue a reliable update; the framework sees it once the ones before are acked."""
+        if self._successor is not None:
+            return self._owner()._push_update(task, status)
         self._record(task, status)
         task.pending.append(status)
         if len(task.pending) == 1:
             self._send_head(task)
 
     def _send_head(self, task: FakeTask) -> None:
+        if self._successor is not None:
+            return self._owner()._send_head(task)
         fw = self.frameworks[task.framework_id]
         if (
             task.pending
@@ -1804,6 +1922,14 @@ class FakeMaster:
                 for task in fw.tasks.values():
                     if task.pending and task.head_sent_at is not None and now - task.head_sent_at >= retry_s:
                         self._send_head(task)
+
+
+async def fail_over(old: FakeMaster, new: FakeMaster) -> None:
+    """A Mesos master failover in the order it happens: ``new`` (a standby, registered in
+    ZooKeeper after ``old``) leads with what the agents report to it and ``old`` redirects
+    to it, then ``old``'s ZooKeeper session ends, so ZooKeeper names ``new`` the leader."""
+    await new.take_over(old)
+    await old.leave_zookeeper()
 
 
 def _launched_task_infos(operations: Any) -> list[tuple[dict[str, Any], bool]]:

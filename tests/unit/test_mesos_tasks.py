@@ -152,7 +152,7 @@ def test_masters_parse(value: str, ssl: bool, expected: tuple[str, ...]) -> None
     ("value", "why"),
     [
         ("", "no Mesos master"),
-        ("zk://z1:2181/mesos", "ZooKeeper discovery is not supported"),
+        ("m1:5050,zk://z1:2181/mesos", "a zk:// URL must be the whole value"),
         ("m1:notaport", "invalid port"),
         ("ftp://m1", "scheme must be http or https"),
         ("m1:5050/x", "host:port"),

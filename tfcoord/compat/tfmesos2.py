@@ -215,7 +215,7 @@ class Cluster:
         self.port = port
         self.framework_name = config.name
         self.framework_role = config.role
-        self.master = ",".join(config.masters)
+        self.master = config.master_description
         self.verify_ssl = config.verify_ssl
         self.readiness_timeout = extras.pop("readiness_timeout")
         self.containerizer_type = config.containerizer.upper()
@@ -301,7 +301,7 @@ class Cluster:
     @property
     def master_url(self) -> str:
         """The leading master's base URL (where the framework is subscribed)."""
-        return self._on_engine(lambda e: e.client.leader) or self._config.masters[0]
+        return self._on_engine(lambda e: e.client.leader) or next(iter(self._config.masters), "")
 
     def _on_engine(self, fn: Callable[[Any], Any]) -> Any:
         """``fn(the Mesos engine)`` on the coordinator's loop; None once it has stopped."""

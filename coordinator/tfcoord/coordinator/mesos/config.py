@@ -1,7 +1,8 @@
 """The Mesos framework's configuration: one frozen object, built at the entry point.
 
 ``MesosConfig.from_env(os.environ, **overrides)`` reads tfmesos2's variables with their
-meaning kept (``MESOS_MASTER``, ``MESOS_SSL``, ``MESOS_VERIFY_SSL``, ``MESOS_USERNAME``,
+meaning kept (``MESOS_MASTER``: a comma list of masters, or a ``zk://`` URL naming the
+ZooKeeper ensemble the masters elect their leader in, ``MESOS_SSL``, ``MESOS_VERIFY_SSL``, ``MESOS_USERNAME``,
 ``MESOS_PASSWORD``, ``MESOS_FRAMEWORK_ROLE``, ``DOCKER_IMAGE``, ``MESOS_ATTRIBUTES``) plus
 ``MESOS_CA_FILE`` and ``TFCOORD_TASK_PYTHON``, and what tfmesos2 takes only as ``cluster()``
 arguments, under tfcoord's names (tfmesos2 has none for them):
@@ -24,6 +25,7 @@ them reads the environment.
 from __future__ import annotations
 
 import getpass
+import importlib.util
 import json
 import math
 import re
@@ -39,6 +41,8 @@ from .offers import Constraint, parse_constraints
 
 #: The port a Mesos master listens on unless told otherwise.
 DEFAULT_MASTER_PORT = 5050
+#: The port a ZooKeeper server listens on unless told otherwise.
+DEFAULT_ZOOKEEPER_PORT = 2181
 #: The task image tfcoord's tasks run: built from deploy/Containerfile.task (TensorFlow and
 #: tfcoord), tagged with the tfcoord version so a coordinator and its nodes always speak the
 #: same protocol. tfmesos2's default (avhost/tensorflow-mesos) lacks tfcoord, so it cannot be
@@ -108,15 +112,36 @@ class FetchUri:
 
 
 @dataclass(frozen=True)
+class ZooKeeperUrl:
+    """Where the masters elect their leader: ``zk://[user:password@]host1:2181,host2:2181/path``.
+
+    ``servers`` is kazoo's hosts string (``host:port,host:port``); ``path`` the znode the
+    masters register under (``/mesos``); ``credentials`` ``user:password`` for ZooKeeper's
+    digest authentication, or None.
+    """
+
+    servers: str
+    path: str
+    credentials: str | None = None
+
+    def __str__(self) -> str:  # never the password
+        return f"zk://{self.servers}{self.path}"
+
+
+@dataclass(frozen=True)
 class MesosConfig:
     """Everything the framework needs; see the module docstring for where it comes from.
 
     ``masters`` are base URLs (``http://host:5050``) tried in turn; a non-leading master's
-    redirect is followed. ``image`` empty runs tasks without a container image (tfcoord and
+    redirect is followed. With ``zookeeper`` (``MESOS_MASTER=zk://...``) the leading master
+    is read from ZooKeeper instead, and ``masters`` is empty; ``scheme`` (``https`` with
+    ``MESOS_SSL=true``) is how the leader found there is spoken to. ``image`` empty runs tasks without a container image (tfcoord and
     TensorFlow installed on the agents).
     """
 
-    masters: tuple[str, ...]
+    masters: tuple[str, ...] = ()
+    zookeeper: ZooKeeperUrl | None = None
+    scheme: str = "http"
     user: str = "root"
     name: str = "tfcoord"
     role: str | None = None
@@ -142,8 +167,12 @@ class MesosConfig:
     task_labels: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.masters:
-            raise MesosConfigError("no Mesos master: set MESOS_MASTER=host:5050[,host2:5050]")
+        if not self.masters and self.zookeeper is None:
+            raise MesosConfigError(
+                "no Mesos master: set MESOS_MASTER=host:5050[,host2:5050] or zk://host:2181[,host2:2181]/mesos"
+            )
+        if self.scheme not in ("http", "https"):
+            raise MesosConfigError(f"the masters' scheme must be http or https, not {self.scheme!r}")
         if self.containerizer not in CONTAINERIZERS:
             raise MesosConfigError(
                 f"containerizer must be one of {', '.join(CONTAINERIZERS)}, not {self.containerizer!r}"
@@ -170,7 +199,14 @@ class MesosConfig:
 
     @property
     def ssl(self) -> bool:
-        return self.masters[0].startswith("https://")
+        if self.zookeeper is not None:
+            return self.scheme == "https"
+        return any(m.startswith("https://") for m in self.masters)
+
+    @property
+    def master_description(self) -> str:
+        """What MESOS_MASTER named, for messages: the ZooKeeper URL or the masters' list."""
+        return str(self.zookeeper) if self.zookeeper is not None else ",".join(self.masters)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> MesosConfig:
@@ -181,8 +217,16 @@ class MesosConfig:
         """
         use_ssl = parse_bool("MESOS_SSL", environ.get("MESOS_SSL", "false"))
         master = overrides.pop("master", None) or environ.get("MESOS_MASTER", "")
+        zookeeper = parse_zookeeper(master) if master.strip().startswith("zk://") else None
+        if zookeeper is not None and importlib.util.find_spec("kazoo") is None:
+            raise MesosConfigError(
+                f"MESOS_MASTER={zookeeper} needs the ZooKeeper client kazoo: "
+                "pip install 'tfcoord-coordinator[zookeeper]'"
+            )
         kw: dict[str, Any] = {
-            "masters": parse_masters(master, use_ssl),
+            "masters": () if zookeeper is not None else parse_masters(master, use_ssl),
+            "zookeeper": zookeeper,
+            "scheme": "https" if use_ssl else "http",
             "verify_ssl": parse_bool("MESOS_VERIFY_SSL", environ.get("MESOS_VERIFY_SSL", "true")),
             "ca_file": environ.get("MESOS_CA_FILE") or None,
             "username": environ.get("MESOS_USERNAME") or None,
@@ -334,11 +378,56 @@ def parse_uris(value: str) -> tuple[FetchUri, ...]:
     return tuple(out)
 
 
-def parse_masters(value: str, use_ssl: bool = False) -> tuple[str, ...]:
-    """``host:port[,host:port]`` or URLs → base URLs. ``zk://`` is refused with advice.
+def parse_zookeeper(value: str) -> ZooKeeperUrl:
+    """``zk://[user:password@]host[:port][,host[:port]]/path`` → where the masters elect their
+    leader (ports default to 2181), as Mesos' own ``--master=zk://...`` takes it.
 
     Raises:
-        MesosConfigError: empty, ``zk://``, or an entry that is not a host with a port.
+        MesosConfigError: no host, a bad port, no path or the root path (Mesos refuses ``/``
+            too: the masters need a znode of their own), blanks.
+    """
+    text = value.strip()
+    example = "e.g. MESOS_MASTER=zk://zk1:2181,zk2:2181/mesos"
+    rest = text[len("zk://") :]
+    if not text.startswith("zk://") or any(c.isspace() for c in rest):
+        raise MesosConfigError(
+            f"MESOS_MASTER={text!r} is not a ZooKeeper URL zk://host:port[,host:port]/path ({example})"
+        )
+    hosts, slash, path = rest.partition("/")
+    credentials = None
+    if "@" in hosts:
+        credentials, _, hosts = hosts.rpartition("@")
+        if ":" not in credentials:
+            raise MesosConfigError(f"MESOS_MASTER: ZooKeeper credentials must be user:password@ ({example})")
+    servers = []
+    for host in hosts.split(","):
+        parts = urlsplit(f"//{host}")
+        try:
+            port = parts.port or DEFAULT_ZOOKEEPER_PORT
+        except ValueError:
+            raise MesosConfigError(
+                f"MESOS_MASTER: ZooKeeper server {host!r} has an invalid port ({example})"
+            ) from None
+        if not parts.hostname or parts.path:
+            raise MesosConfigError(
+                f"MESOS_MASTER: ZooKeeper server {host!r} must look like host:port ({example})"
+            )
+        name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        servers.append(f"{name}:{port}")
+    url = ZooKeeperUrl(",".join(servers), "/" + path.rstrip("/"), credentials)
+    if not slash or url.path == "/":
+        raise MesosConfigError(
+            f"MESOS_MASTER={str(url)!r} names no znode: give the path the masters "
+            f"register under, as their --zk flag does ({example})"
+        )
+    return url
+
+
+def parse_masters(value: str, use_ssl: bool = False) -> tuple[str, ...]:
+    """``host:port[,host:port]`` or URLs → base URLs (a ``zk://`` URL goes to :func:`parse_zookeeper`).
+
+    Raises:
+        MesosConfigError: empty, ``zk://`` inside a list, or an entry that is not a host with a port.
     """
     out: list[str] = []
     for item in (p.strip() for p in value.split(",")):
@@ -346,9 +435,8 @@ def parse_masters(value: str, use_ssl: bool = False) -> tuple[str, ...]:
             continue
         if item.startswith("zk://"):
             raise MesosConfigError(
-                f"MESOS_MASTER={item!r}: ZooKeeper discovery is not supported; list the masters "
-                "instead (MESOS_MASTER=m1:5050,m2:5050,m3:5050): tfcoord tries each in turn and "
-                "follows the leader's redirect"
+                f"MESOS_MASTER entry {item!r}: a zk:// URL must be the whole value "
+                "(MESOS_MASTER=zk://zk1:2181,zk2:2181/mesos), not one entry of a list of masters"
             )
         scheme = "https" if use_ssl else "http"
         if "://" in item:
@@ -365,7 +453,9 @@ def parse_masters(value: str, use_ssl: bool = False) -> tuple[str, ...]:
         host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
         out.append(f"{scheme}://{host}:{port}")
     if not out:
-        raise MesosConfigError("no Mesos master: set MESOS_MASTER=host:5050[,host2:5050] (or pass master=)")
+        raise MesosConfigError(
+            "no Mesos master: set MESOS_MASTER=host:5050[,host2:5050] or zk://host:2181/mesos (or pass master=)"
+        )
     return tuple(out)
 
 

@@ -2,7 +2,10 @@
 
 Theory of operation. One task keeps a subscription: it POSTs SUBSCRIBE to a master
 (``MESOS_MASTER`` lists several; each is tried in turn, and a non-leading master's 307 is
-followed to the leader, whose ``Location`` is scheme-relative, ``//host:port/...``), then
+followed to the leader, whose ``Location`` is scheme-relative, ``//host:port/...``; with
+``MESOS_MASTER=zk://...`` a :class:`~.detector.LeaderDetector` names the leader, read from
+ZooKeeper before each subscription, and a change of leader there ends the current stream
+so the framework resubscribes at the new one), then
 reads the chunked response through a :class:`~.recordio.RecordIODecoder` and hands each
 event to a :class:`SchedulerListener`. A watchdog (``asyncio.timeout``, rescheduled on every
 chunk) resubscribes when nothing, not even a HEARTBEAT, arrived for a few heartbeat
@@ -13,7 +16,8 @@ they were queued, each as its own POST carrying the ``Mesos-Stream-Id``, once a
 subscription is up; calls that only make sense on the stream they were made for (ACCEPT
 and DECLINE name its offers) are dropped when the stream was replaced meanwhile. A call the
 master refuses as "not subscribed" (403, or 400 for a stale stream id) ends our stream so
-it resubscribes, and goes out again on the new one; any other failure (a timeout, a 5xx, a
+it resubscribes, and goes out again on the new one, and so does a call a master answers with
+a redirect (it no longer leads: the resubscription follows the redirect); any other failure (a timeout, a 5xx, a
 bug) is logged and handed to the listener's ``on_call_failed``, which decides how to
 recover; nothing ends the sender but close() or a fatal error.
 
@@ -44,6 +48,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from .config import MesosConfig
+from .detector import LeaderDetector
 from .errors import FrameworkRemoved, MesosAuthError, MesosError, MesosProtocolError, MesosUnreachable
 from .recordio import RecordIODecoder, decode_event
 
@@ -133,7 +138,7 @@ def basic_auth(username: str, password: str) -> str:
 
 
 def ssl_context(config: MesosConfig) -> ssl.SSLContext | None:
-    if not any(m.startswith("https://") for m in config.masters):
+    if not config.ssl:
         return None
     try:
         ctx = ssl.create_default_context(cafile=config.ca_file)
@@ -184,6 +189,11 @@ class SchedulerClient:
         self._drop_reason: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        self._detector = (
+            LeaderDetector(config.zookeeper, config.scheme, self._leader_changed)
+            if config.zookeeper is not None
+            else None
+        )
 
     @property
     def subscribed(self) -> bool:
@@ -205,6 +215,8 @@ class SchedulerClient:
         self._session = aiohttp.ClientSession(
             headers=self._headers, connector=aiohttp.TCPConnector(enable_cleanup_closed=SSL_CLEANUP_NEEDED)
         )
+        if self._detector is not None:
+            await self._detector.start()
         self._tasks = [
             asyncio.create_task(self._run(), name="mesos-subscription"),
             asyncio.create_task(self._send_loop(), name="mesos-calls"),
@@ -238,6 +250,8 @@ class SchedulerClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._detector is not None:
+            await self._detector.close()
 
     def call(self, call_type: str, **fields: Any) -> None:
         """Queue a call; it is sent, in order, once a subscription is up."""
@@ -277,13 +291,31 @@ class SchedulerClient:
         delays = backoff()
         errors: dict[str, str] = {}
         while not self._closing:
-            base = self._base or masters[i % len(masters)]
+            if self._detector is not None:
+                detected = self._base or await self._detector.wait_leader(
+                    None if self.subscriptions else max(0.0, first_deadline - loop.time())
+                )
+                if detected is None:  # only before the first subscription: past its deadline
+                    self._fatal(
+                        MesosUnreachable(
+                            f"no leading Mesos master found in ZooKeeper {self.config.zookeeper} within "
+                            f"{self.config.first_subscribe_deadline_s:g} s ({self._detector.why}"
+                            + "".join(f"; {m}: {why}" for m, why in errors.items())
+                            + "); check MESOS_MASTER and that ZooKeeper and the masters are up and reachable from here"
+                        )
+                    )
+                    return
+                base = detected
+            else:
+                base = self._base or masters[i % len(masters)]
             try:
                 await self._subscribe(base)
             except _StreamEnded as e:
                 reason = str(e)
                 log.warning("Mesos event stream from %s ended: %s; resubscribing", base, reason)
                 delays = backoff()
+                if self._detector is not None:
+                    self._base = None  # resubscribe where ZooKeeper says the leader is now
                 self._disconnected(reason)
                 await self._pause(0.0)
                 continue
@@ -482,6 +514,16 @@ class SchedulerClient:
             log.error("Mesos master %s sent an error: %s", url, message)
         self._notify("on_event", event)
 
+    def _leader_changed(self, leader: str | None) -> None:
+        """ZooKeeper names a new leader: a stream held by another master is ended, and the
+        framework resubscribes at the new leader (a master that lost its leadership may
+        keep a stream open for a while, or hang)."""
+        base = self._base
+        if leader is None or base is None or not self._up.is_set():
+            return
+        if urlsplit(leader).netloc != urlsplit(base).netloc:
+            self._drop_stream(self._generation, f"ZooKeeper names {leader} the leading master now")
+
     def _notify(self, method: str, *args: Any) -> None:
         try:
             getattr(self.listener, method)(*args)
@@ -573,6 +615,11 @@ class SchedulerClient:
         if resp.status == 401:
             raise MesosAuthError(
                 f"the Mesos master at {url} refused our credentials for {call_type} (HTTP 401)"
+            )
+        if resp.status in (301, 302, 303, 307, 308):
+            # Our master no longer leads: resubscribing follows its redirect to the leader.
+            raise _NotSubscribed(
+                f"the master at {url} no longer leads (HTTP {resp.status} to {resp.headers.get('Location', '?')})"
             )
         # 403 "Framework is not subscribed"; 400 "The stream ID ... didn't match": our stream is stale.
         if resp.status == 403 or (resp.status == 400 and "stream id" in text.lower()):
