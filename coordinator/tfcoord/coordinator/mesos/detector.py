@@ -89,6 +89,7 @@ class LeaderDetector:
     ) -> None:
         try:
             from kazoo.client import KazooClient
+            from kazoo.protocol.states import KazooState
             from kazoo.retry import KazooRetry
         except ImportError:
             raise MesosConfigError(
@@ -109,6 +110,7 @@ class LeaderDetector:
             connection_retry=KazooRetry(max_tries=-1, max_delay=5.0),
             auth_data=auth,
         )
+        self._connected, self._lost = KazooState.CONNECTED, KazooState.LOST
         self._zk.add_listener(self._on_state)
         self._closed = False
         self._reading = threading.Lock()  # one read at a time: a later read sees later state
@@ -142,9 +144,9 @@ class LeaderDetector:
 
     def _on_state(self, state: str) -> None:
         # Called in kazoo's connection thread, which must not block: read in a worker.
-        if state == "CONNECTED" and not self._closed:
+        if state == self._connected and not self._closed:
             self._zk.handler.spawn(self._read)
-        elif state == "LOST" and not self._closed:
+        elif state == self._lost and not self._closed:
             self._hand_over(None, f"the ZooKeeper session at {self.url} expired")
 
     def _watch(self, _event: object) -> None:
