@@ -1218,8 +1218,8 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     )
     sp.add_argument(
         "--mesos-master",
-        help="run the Mesos framework against these masters, host:port[,host:port] "
-        "(default: $MESOS_MASTER; neither: no Mesos)",
+        help="run the Mesos framework against these masters, host:port[,host:port], or the leader "
+        "ZooKeeper names, zk://host:2181[,host:2181]/mesos (default: $MESOS_MASTER; neither: no Mesos)",
     )
     sp.add_argument(
         "--advertise-host", help="address Mesos tasks dial back to (default: --host, or this host's name)"
@@ -1314,7 +1314,10 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
         help="one role of the cluster and what each of its tasks needs; repeat per role",
     )
     mesos.add_argument("--image", help="task image (default: $DOCKER_IMAGE, else tfcoord-task:VERSION)")
-    mesos.add_argument("--mesos-master", help="Mesos masters host:port[,host:port] (default: $MESOS_MASTER)")
+    mesos.add_argument(
+        "--mesos-master",
+        help="Mesos masters host:port[,host:port], or zk://host:2181[,host:2181]/mesos (default: $MESOS_MASTER)",
+    )
     mesos.add_argument(
         "--advertise-host", help="address Mesos tasks dial back to (default: this host's name, resolved)"
     )

@@ -171,7 +171,7 @@ async def test_a_job_survives_a_master_failover_mid_run(
 
 
 async def test_a_framework_that_does_not_come_back_within_its_failover_timeout_is_torn_down(
-    zookeeper: ZooKeeperServer, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     a, b = masters()
     async with a, b, Gate(tmp_path / "gate", 1).serving() as gate:
@@ -231,3 +231,30 @@ async def test_no_master_in_zookeeper_fails_the_first_subscription_saying_so(
     message = str(info.value)
     assert f"no leading Mesos master found in ZooKeeper zk://{zookeeper.servers}{path} within 1 s" in message
     assert "\n" not in message
+
+
+async def test_a_new_leader_in_zookeeper_ends_the_stream_held_by_the_old_one(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    # a keeps serving its stream but loses its znode (a partitioned master): ZooKeeper names
+    # the standby b, so the framework leaves a's stream and resubscribes there -- and b,
+    # still a standby here, redirects it back to a, which leads as far as the masters know.
+    path = zk_path()
+    a, b = masters()
+    async with a, b:
+        await a.register_in_zookeeper(zookeeper.servers, path)
+        await b.register_in_zookeeper(zookeeper.servers, path)
+        await b.set_leader(a.address)
+        config = MesosConfig.from_env(
+            {"MESOS_MASTER": f"zk://{zookeeper.servers}{path}"}, python=sys.executable
+        )
+        async with coordinator(tmp_path, config) as (_, engine):
+            framework_id = engine.client.framework_id
+            await a.leave_zookeeper()
+            # A RECONCILE follows each subscription once the framework has heard SUBSCRIBED.
+            await a.wait_until(
+                lambda: len(a.calls_of("SUBSCRIBE")) == 2 and len(a.calls_of("RECONCILE")) == 2, WAIT_S
+            )
+            assert b.redirects >= 1 and b.calls_of("SUBSCRIBE") == []
+            assert a.calls_of("SUBSCRIBE")[1]["framework_id"] == {"value": framework_id}
+            assert engine.client.framework_id == framework_id and engine.client.leader == a.url

@@ -180,6 +180,8 @@ class SchedulerClient:
         self._generation = 0
         self._up = asyncio.Event()
         self._done = asyncio.Event()  # closing, or fatal
+        #: Ends a pause between subscription attempts: closing, fatal, a new leader in ZooKeeper.
+        self._poke = asyncio.Event()
         self._calls: deque[Call] = deque()
         self._have_calls = asyncio.Event()
         #: Set, and replaced, whenever a subscription is made or the client ends.
@@ -242,6 +244,7 @@ class SchedulerClient:
                 log.warning("TEARDOWN of framework %s failed: %s", self.framework_id, e)
         self._closing = True
         self._done.set()
+        self._poke.set()
         self._changed()
         for t in self._tasks:
             t.cancel()
@@ -371,11 +374,13 @@ class SchedulerClient:
             await self._pause(next(delays))
 
     async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, less if closing, or if ZooKeeper names a new leader meanwhile."""
         try:
             async with asyncio.timeout(seconds):
-                await self._done.wait()
+                await self._poke.wait()
         except TimeoutError:
             pass
+        self._poke.clear()
 
     def _subscribe_body(self) -> dict[str, Any]:
         info = dict(self.listener.framework_info())
@@ -519,6 +524,8 @@ class SchedulerClient:
         framework resubscribes at the new leader (a master that lost its leadership may
         keep a stream open for a while, or hang)."""
         base = self._base
+        if leader is not None:
+            self._poke.set()  # between attempts: try the new leader now, not after the backoff
         if leader is None or base is None or not self._up.is_set():
             return
         if urlsplit(leader).netloc != urlsplit(base).netloc:
@@ -542,6 +549,7 @@ class SchedulerClient:
         self.error = error
         self._up.clear()
         self._done.set()
+        self._poke.set()
         self._changed()
         self._notify("on_fatal", error)
 
