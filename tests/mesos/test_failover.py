@@ -258,3 +258,21 @@ async def test_a_new_leader_in_zookeeper_ends_the_stream_held_by_the_old_one(
             assert b.redirects >= 1 and b.calls_of("SUBSCRIBE") == []
             assert a.calls_of("SUBSCRIBE")[1]["framework_id"] == {"value": framework_id}
             assert engine.client.framework_id == framework_id and engine.client.leader == a.url
+
+
+async def test_a_call_a_deposed_master_redirects_resubscribes_and_goes_out_at_the_leader(
+    tmp_path: Path,
+) -> None:
+    a, b = masters()
+    async with a, b:
+        config = MesosConfig.from_env({"MESOS_MASTER": a.address}, python=sys.executable)
+        async with coordinator(tmp_path, config) as (_, engine):
+            framework_id = engine.client.framework_id
+            # a stops leading but keeps our stream open: only a call finds out.
+            await a.set_leader(b.address, drop_streams=False)
+            engine.client.call("REVIVE")
+            await b.wait_until(lambda: b.calls_of("REVIVE"), WAIT_S)
+            [subscribe] = b.calls_of("SUBSCRIBE")
+            assert subscribe["framework_id"] == {"value": framework_id}
+            assert a.redirects >= 2  # the REVIVE, then the resubscription, sent on to b
+            assert a.calls_of("REVIVE") == []
