@@ -453,6 +453,14 @@ def _service_config(cfg: ServeConfig) -> Any:
             host=cfg.http_host,
             port=cfg.http_port,
             max_connections=cfg.http_max_connections,
+            # tfmesos2's TFMESOS2_CLIENT_USERNAME/PASSWORD: the node archive's download credential.
+            archive_auth=(
+                (cfg.mesos.archive_username, cfg.mesos.archive_password)
+                if cfg.mesos is not None
+                and cfg.mesos.archive_username is not None
+                and cfg.mesos.archive_password is not None
+                else None
+            ),
         )
     server = ServerConfig(
         secret=cfg.secret,
@@ -1088,6 +1096,36 @@ def cmd_env_check(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any(r.status == "FAIL" for r in results) else 0
 
 
+#: tfmesos2's task-side settings, honoured by a node where they have a meaning (docs/src/mesos.md):
+#: the timeout of each request to the coordinator, and TLS without a CA when set to false.
+TFMESOS2_REQUEST_TIMEOUT_ENV = "TFMESOS2_REQUEST_TIMEOUT"
+TFMESOS2_VERIFY_SSL_ENV = "TFMESOS2_VERIFY_SSL"
+
+
+def _tfmesos2_request_timeout() -> float:
+    """TFMESOS2_REQUEST_TIMEOUT in seconds (tfmesos2's default, 30, when unset)."""
+    from tfcoord.client.client import DEFAULT_REQUEST_TIMEOUT_S
+
+    raw = os.environ.get(TFMESOS2_REQUEST_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_REQUEST_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and value < float("inf")):
+        raise UsageError(f"{TFMESOS2_REQUEST_TIMEOUT_ENV} must be a number of seconds > 0, not {raw!r}")
+    return value
+
+
+def _tfmesos2_verify_ssl() -> bool | None:
+    """TFMESOS2_VERIFY_SSL as tfmesos2 reads it (only ``true`` verifies); None when unset."""
+    raw = os.environ.get(TFMESOS2_VERIFY_SSL_ENV)
+    if raw is None or not raw.strip():
+        return None
+    return raw.strip().lower() == "true"
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     from tfcoord.node.runner import TOKEN_ENV, NodeConfig, run_node
 
@@ -1107,6 +1145,15 @@ def cmd_node(args: argparse.Namespace) -> int:
     if len(token) != 32:
         raise UsageError(f"{TOKEN_ENV} must hold the job token as 64 hex digits")
     port = args.port if args.port is not None else int(os.environ.get("TENSORFLOW_PORT", "0") or 0)
+    ssl_context = _client_tls()
+    if ssl_context is None and _tfmesos2_verify_ssl() is False:
+        log.warning(
+            "%s=false and no coordinator CA: the node speaks TLS to its coordinator without "
+            "checking its certificate (set %s to check it)",
+            TFMESOS2_VERIFY_SSL_ENV,
+            TLS_CA_ENV,
+        )
+        ssl_context = tls.unverified_client_context()
     cfg = NodeConfig(
         address=args.address or os.environ.get(ADDRESS_ENV, ""),
         token=token,
@@ -1119,7 +1166,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         command=tuple(command),
         server_mode=args.server_mode,
         gpus=tuple(g.strip() for g in (args.gpus or "").split(",") if g.strip()),
-        ssl_context=_client_tls(),
+        ssl_context=ssl_context,
+        request_timeout_s=_tfmesos2_request_timeout(),
     )
     if not cfg.address:
         raise UsageError(f"no coordinator address: pass --address or set {ADDRESS_ENV}")

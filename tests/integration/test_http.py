@@ -7,6 +7,8 @@ the aiohttp application are checked against the document's paths, both ways.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import socket
 import subprocess
@@ -25,7 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tfcoord.client import AuthenticationFailed, DriverClient, JobSpec, NodeClient, auth, make_roles
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 from tfcoord.coordinator.http import OPENAPI_PATH, make_app
+from tfcoord.coordinator.nodearchive import node_archive
 from tfcoord.coordinator.server import CoordinatorServer, ServerConfig
+from tfcoord.coordinator.service import ARCHIVE_USER, archive_password
 
 from .served import Served
 
@@ -192,6 +196,28 @@ def test_healthz_and_the_page_need_no_token_and_everything_else_does(http_coord)
     assert fetch(base, "/no/such/path", token=None).status == 401
     after = metrics(base)['tfcoord_auth_failures_total{interface="http"}']
     assert after - before == len(paths) * len(attempts) + 1
+
+
+def test_the_node_archive_answers_the_bearer_token_or_its_own_basic_credential(http_coord):
+    coord, base = http_coord
+    archive = node_archive()
+    path = f"/v1/node-archive/{archive.name}"
+    by_token = fetch(base, path)
+    assert by_token.status == 200 and by_token.body == archive.data
+    assert by_token.headers["Content-Type"] == "application/zip"
+    assert by_token.headers["X-Content-SHA256"] == hashlib.sha256(by_token.body).hexdigest() == archive.sha256
+    password = archive_password(coord.secret)
+    basic = "Basic " + base64.b64encode(f"{ARCHIVE_USER}:{password}".encode()).decode()
+    assert fetch(base, path, authorization=basic).body == archive.data
+    # The archive's credential opens nothing else, and a wrong one opens nothing.
+    assert fetch(base, "/v1/jobs", authorization=basic).status == 401
+    wrong = "Basic " + base64.b64encode(f"{ARCHIVE_USER}:{password[:-1]}x".encode()).decode()
+    for auth_header in (wrong, "Basic !!not-base64!!", "Basic " + base64.b64encode(b"no-colon").decode()):
+        answer = fetch(base, path, authorization=auth_header)
+        assert answer.status == 401 and conforms(answer, "/v1/node-archive/{name}")["error"] == "unauthorized"
+    other = fetch(base, "/v1/node-archive/tfcoord-node-0.0.0-000000000000.pyz", authorization=basic)
+    assert other.status == 404
+    assert archive.name in conforms(other, "/v1/node-archive/{name}")["message"]
 
 
 # -- the JSON API -------------------------------------------------------------------------

@@ -31,7 +31,16 @@ Theory of operation
   reason REASON_INVALID_OFFERS) and then each task in turn against what is left of the offered
   resources (too much, duplicate id, no command...: TASK_ERROR, reason REASON_TASK_INVALID).
   These master-generated updates carry no uuid and need no acknowledgement.
-* A launched task runs as a local process in a fresh sandbox directory (its cwd, holding
+* A launched task's ``command.uris`` are fetched into a fresh sandbox directory first, as a
+  Mesos agent's fetcher does (``tests/mesos/fetcher.py``: files and HTTP(S) with Basic auth
+  from the URI and TLS verified against the system's CAs plus ``fetcher_ca_file``;
+  ``executable``, ``extract`` and ``output_file`` honoured); a failed fetch is TASK_FAILED
+  with REASON_CONTAINER_LAUNCH_FAILED and no TASK_STARTING. Environment variables of type
+  SECRET (a ``Secret`` of type VALUE) are resolved into the task's environment under the
+  Mesos containerizer (a task without a container, or a MESOS one) by a master of version
+  1.4 or later (``version``); a Docker task carrying one fails to launch (Docker's
+  containerizer resolves no secrets), and an older master refuses the task (TASK_ERROR).
+* A launched task then runs as a local process in its sandbox (its cwd, holding
   ``stdout`` and ``stderr``): ``/bin/sh -c value`` when ``command.shell`` is true (the
   default), else ``execvp(value, arguments)`` -- ``arguments`` is the whole argv, argv[0]
   included, exactly as Mesos defines it. A Docker (or Mesos-image) container cannot run here:
@@ -110,6 +119,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+if __package__:
+    from .fetcher import FetchError, fetch_uris
+else:  # run as a script (python tests/mesos/fake_master.py): its own folder is on sys.path
+    from fetcher import FetchError, fetch_uris
+
 log = logging.getLogger("tfcoord.tests.fake_mesos")
 
 #: What ``GET /version`` reports. Clients parse it as dotted numbers (pymesos compares it
@@ -118,6 +132,9 @@ MESOS_VERSION = "1.11.0"
 
 #: A real master's default heartbeat interval; tests pass a shorter one.
 DEFAULT_HEARTBEAT_INTERVAL_S = 15.0
+
+#: Environment secrets are resolved from this Mesos release on (by the Mesos containerizer).
+SECRETS_SINCE = (1, 4, 0)
 
 #: Mesos' default ``Filters.refuse_seconds``, used when DECLINE or ACCEPT carries none.
 DEFAULT_REFUSE_SECONDS = 5.0
@@ -484,6 +501,8 @@ class FakeTask:
     container_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     head_sent_at: float | None = None
     proc: asyncio.subprocess.Process | None = field(default=None, repr=False)
+    #: The files the fetcher put in the sandbox, in ``command.uris`` order.
+    fetched: list[Path] = field(default_factory=list)
 
     @property
     def terminal(self) -> bool:
@@ -590,6 +609,9 @@ class FakeMaster:
         update_retry_s: resend an unacknowledged update after this long (None: never).
         filter_gpu_resources: offer GPU agents only to GPU_RESOURCES frameworks.
         sandbox_root: where task sandboxes go (default: a temporary directory, removed on stop).
+        version: the Mesos version it reports (``/version``, SUBSCRIBED's master_info); below
+            1.4 it refuses environment secrets, as such a master cannot resolve them.
+        fetcher_ca_file: a CA the agents' fetcher trusts besides the system's.
     """
 
     def __init__(
@@ -607,6 +629,8 @@ class FakeMaster:
         update_retry_s: float | None = DEFAULT_UPDATE_RETRY_S,
         filter_gpu_resources: bool = True,
         sandbox_root: str | os.PathLike[str] | None = None,
+        version: str = MESOS_VERSION,
+        fetcher_ca_file: str | None = None,
     ) -> None:
         self.id = str(uuid.uuid4())
         specs = list(agents) if agents is not None else [AgentSpec()]
@@ -623,6 +647,8 @@ class FakeMaster:
         self.update_retry_s = update_retry_s
         self.filter_gpu_resources = filter_gpu_resources
         self._sandbox_root_arg = sandbox_root
+        self.version = version
+        self.fetcher_ca_file = fetcher_ca_file
         self.sandbox_root: Path | None = None
 
         self.frameworks: dict[str, FakeFramework] = {}
@@ -1043,12 +1069,12 @@ class FakeMaster:
     async def _handle_version(self, request: web.Request) -> web.Response:
         return web.json_response(
             {
-                "version": MESOS_VERSION,
+                "version": self.version,
                 "build_date": "2020-11-18 22:36:20",
                 "build_time": 1605738980.0,
                 "build_user": "fake-mesos",
                 "git_sha": "0000000000000000000000000000000000000000",
-                "git_tag": MESOS_VERSION,
+                "git_tag": self.version,
             }
         )
 
@@ -1380,7 +1406,7 @@ class FakeMaster:
             "port": self.port,
             "pid": f"master@{ip_str}:{self.port}",
             "hostname": host,
-            "version": MESOS_VERSION,
+            "version": self.version,
             "address": {"hostname": host, "ip": ip_str, "port": self.port},
         }
 
@@ -1493,6 +1519,9 @@ class FakeMaster:
                 "The fake master cannot run a container image's entrypoint: give 'command.value'",
                 Resources(),
             )
+        problem = _secret_problem(command, self.version)
+        if problem is not None:
+            return problem, Resources()
         try:
             resources = Resources.from_json(info.get("resources", []))
         except ValueError as e:
@@ -1760,9 +1789,16 @@ class FakeMaster:
                 task, self._status(task, "TASK_KILLED", message="Task killed before it started")
             )
             return
-        self._push_update(task, self._status(task, "TASK_STARTING"))
         command = task.task_info["command"]
         assert task.sandbox is not None
+        failure = await self._prepare_container(task)
+        if failure is not None:
+            if not task.terminal:
+                failed = self._status(task, "TASK_FAILED", message=failure)
+                failed["reason"] = "REASON_CONTAINER_LAUNCH_FAILED"
+                self._push_update(task, failed)
+            return
+        self._push_update(task, self._status(task, "TASK_STARTING"))
         try:
             with open(task.sandbox / "stdout", "wb") as out, open(task.sandbox / "stderr", "wb") as err:
                 if command.get("shell", True):
@@ -1811,6 +1847,34 @@ class FakeMaster:
         else:
             state = "TASK_FAILED"
         self._push_update(task, self._status(task, state, message=message))
+
+    async def _prepare_container(self, task: FakeTask) -> str | None:
+        """What the agent does before the command: refuse what its containerizer cannot do,
+        fetch the URIs. Returns why the container could not launch, or None."""
+        assert task.sandbox is not None
+        container = task.container or {}
+        command = task.task_info["command"]
+        secrets = [
+            v.get("name")
+            for v in command.get("environment", {}).get("variables", [])
+            if v.get("type") == "SECRET"
+        ]
+        if secrets and container.get("type") == "DOCKER":
+            return (
+                "Failed to launch container: the Docker containerizer does not support environment "
+                f"secrets ({', '.join(map(str, secrets))})"
+            )
+        uris = command.get("uris") or []
+        if not uris:
+            return None
+        try:
+            task.fetched = await asyncio.to_thread(
+                fetch_uris, uris, task.sandbox, ca_file=self.fetcher_ca_file
+            )
+        except FetchError as e:
+            log.info("task %s: fetching its URIs failed: %s", task.task_id, e)
+            return f"Failed to launch container: Failed to fetch all URIs for container '{task.container_id}': {e}"
+        return None
 
     def _task_env(self, fw: FakeFramework, agent: Agent, task: FakeTask) -> dict[str, str]:
         env = dict(os.environ) if self._inherit_env else {"PATH": os.environ.get("PATH", os.defpath)}
@@ -1953,6 +2017,33 @@ def _launched_task_infos(operations: Any) -> list[tuple[dict[str, Any], bool]]:
         if missing:
             raise ValueError(f"Missing required fields in TaskInfo: {', '.join(missing)}")
     return out
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in version.split(".")[:3])
+
+
+def _secret_problem(command: dict[str, Any], version: str) -> str | None:
+    """Why a master of ``version`` refuses the command's environment secrets, if it does."""
+    for var in command.get("environment", {}).get("variables", []):
+        if not isinstance(var, dict) or var.get("type") != "SECRET":
+            continue
+        name = var.get("name")
+        if _version_tuple(version) < SECRETS_SINCE:
+            return f"Environment variable '{name}' of type 'SECRET' is not supported by Mesos {version}"
+        secret = var.get("secret")
+        if not isinstance(secret, dict) or secret.get("type") not in ("VALUE", "REFERENCE"):
+            return f"Environment variable '{name}' of type 'SECRET' must have a secret set"
+        if secret["type"] == "REFERENCE":
+            return f"Environment variable '{name}': the fake agent resolves VALUE secrets only"
+        value = secret.get("value")
+        if not isinstance(value, dict) or not isinstance(value.get("data"), str):
+            return f"Environment variable '{name}': a VALUE secret must have 'value.data'"
+        try:
+            base64.b64decode(value["data"], validate=True)
+        except (binascii.Error, ValueError):
+            return f"Environment variable '{name}': the secret's data is not base64"
+    return None
 
 
 def _refuse_seconds(filters: Any) -> float:

@@ -1,6 +1,6 @@
 """The coordinator's Mesos framework end to end, against the fake master.
 
-Tasks are real processes (the fake master runs them): each is ``python -m tfcoord.node``
+Tasks are real processes (the fake master runs them): each runs the fetched node archive,
 registering with a real coordinator. Every wait is on an event (the coordinator's push, the
 master's state-change notification), never a sleep. The one test with real TensorFlow is
 marked slow.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
 import socket
@@ -17,10 +18,13 @@ from tfcoord.coordinator.mesos.errors import MesosConfigError
 from tfcoord.coordinator.mesos.jobs import MesosJob, RoleResources, parse_role
 from tfcoord.coordinator.mesos.offers import Offer, TaskNeeds, match
 from tfcoord.coordinator.mesos.tasks import (
+    ArchiveFetch,
     TaskLaunch,
     build_task_info,
+    node_argv,
     parse_task_id,
     scalar_gpus_isolated,
+    secrets_supported,
     task_id,
 )
 from tfcoord.node.ports import PortReservation
@@ -491,3 +495,48 @@ def test_a_granted_port_binds_past_time_wait_but_not_past_a_listener() -> None:
     held = PortReservation(port, granted=True)
     assert held.port == port and held.held
     held.release()
+
+
+# -- the node archive and the token as a secret -------------------------------------------------
+
+
+def test_a_task_with_the_archive_fetches_it_and_runs_its_bootstrap_with_the_same_node_arguments() -> None:
+    config = MesosConfig(masters=("http://m:5050",), image="")
+    job = MesosJob.of([parse_role("worker:1")], ("python3", "train.py"))
+    [p] = match([TaskNeeds("k", "k", 1, 1024)], [Offer.from_json(OFFER)]).placements
+    fetch = ArchiveFetch.at("http://10.0.0.5:8080", "tfcoord", "p/w:d", "tfcoord-node-x.pyz", "ab" * 32)
+    assert fetch.url == "http://tfcoord:p%2Fw%3Ad@10.0.0.5:8080/v1/node-archive/tfcoord-node-x.pyz"
+    plain = TaskLaunch("j1", 1, 0, "worker", 0, "c:1", "cd" * 32, job, p)
+    with_archive = TaskLaunch("j1", 1, 0, "worker", 0, "c:1", "cd" * 32, job, p, archive=fetch)
+    before, after = build_task_info(config, plain), build_task_info(config, with_archive)
+    assert "uris" not in before["command"]
+    assert after["command"]["uris"] == [
+        {"value": fetch.url, "executable": True, "extract": False, "cache": False, "output_file": fetch.name}
+    ]
+    words = shlex.split(after["command"]["value"])  # as /bin/sh splits it, before expansion
+    assert words[:3] == ["exec", "python3", "-c"]
+    assert words[4:6] == ["$MESOS_SANDBOX/tfcoord-node-x.pyz", "ab" * 32]
+    assert '"$MESOS_SANDBOX"/tfcoord-node-x.pyz' in after["command"]["value"]  # expanded by the shell
+    assert words[6:] == shlex.split(before["command"]["value"])[4:]  # after python3 -m tfcoord.node
+    assert node_argv(config, with_archive)[:2] == ["python3", "-c"]
+
+
+def test_the_token_is_a_value_secret_only_where_mesos_resolves_secrets() -> None:
+    assert secrets_supported("1.11.0", MesosConfig(masters=("http://m:5050",), image=""), "")
+    assert secrets_supported(
+        "1.4.0-rc1", MesosConfig(masters=("http://m:5050",), containerizer="mesos"), "img"
+    )
+    assert not secrets_supported("1.3.2", MesosConfig(masters=("http://m:5050",)), "")
+    assert not secrets_supported("", MesosConfig(masters=("http://m:5050",)), "")  # unknown: as before
+    assert not secrets_supported("1.11.0", MesosConfig(masters=("http://m:5050",)), "img")  # Docker's
+    job = MesosJob.of([parse_role("worker:1")], ("true",))
+    [p] = match([TaskNeeds("k", "k", 1, 1024)], [Offer.from_json(OFFER)]).placements
+    launch = TaskLaunch("j1", 1, 0, "worker", 0, "c:1", "cd" * 32, job, p, secret_token=True)
+    var = build_task_info(MesosConfig(masters=("http://m:5050",), image=""), launch)["command"][
+        "environment"
+    ]["variables"][0]
+    assert var == {
+        "name": "TFCOORD_TOKEN",
+        "type": "SECRET",
+        "secret": {"type": "VALUE", "value": {"data": base64.b64encode(b"cd" * 32).decode()}},
+    }

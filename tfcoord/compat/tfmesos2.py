@@ -28,7 +28,10 @@ Docker without one).
 
 The environment keeps tfmesos2's meaning: ``MESOS_MASTER``, ``MESOS_SSL``,
 ``MESOS_VERIFY_SSL``, ``MESOS_USERNAME``, ``MESOS_PASSWORD``, ``MESOS_FRAMEWORK_ROLE``,
-``DOCKER_IMAGE``, ``MESOS_ATTRIBUTES`` (plus ``MESOS_CA_FILE``, ``TFCOORD_TASK_PYTHON`` and
+``DOCKER_IMAGE`` (default ``avhost/tensorflow-mesos:latest``: tasks fetch the node runtime
+from the coordinator, so tfmesos2's images run them), ``MESOS_ATTRIBUTES``; the tasks'
+``TFMESOS2_CLIENT_USERNAME``/``PASSWORD``, ``TFMESOS2_VERIFY_SSL`` and
+``TFMESOS2_REQUEST_TIMEOUT`` are honoured where they mean something (docs/src/mesos.md) (plus ``MESOS_CA_FILE``, ``TFCOORD_TASK_PYTHON`` and
 the ``TFCOORD_MESOS_*`` task settings, which the arguments override).
 """
 
@@ -50,7 +53,14 @@ from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import NodeState
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 from tfcoord.coordinator.mesos import driver as mesos
-from tfcoord.coordinator.mesos.config import FORCE_PULL_ENV, FetchUri, MesosConfig, Volume
+from tfcoord.coordinator.mesos.config import (
+    ARCHIVE_PASSWORD_ENV,
+    ARCHIVE_USER_ENV,
+    FORCE_PULL_ENV,
+    FetchUri,
+    MesosConfig,
+    Volume,
+)
 from tfcoord.coordinator.mesos.errors import MesosConfigError
 from tfcoord.coordinator.mesos.jobs import ENGINE, MesosJob, RoleResources
 
@@ -363,10 +373,20 @@ def _config(
     fetcher: Mapping[str, bool] | None,
     env: Mapping[str, str] | None,
 ) -> MesosConfig:
-    """The framework's configuration with tfmesos2's defaults; arguments win over the environment."""
-    defaults = {FORCE_PULL_ENV: "true"}  # tfmesos2 pulls the image at every launch
+    """The framework's configuration with tfmesos2's defaults; arguments win over the environment.
+
+    tfmesos2's tasks present TFMESOS2_CLIENT_USERNAME/PASSWORD (from the tasks' ``env``) to its
+    driver's HTTP API; here they are what the Mesos fetcher presents to the coordinator's
+    HTTP port for the node archive (from ``env``, else this process's environment).
+    """
+    defaults = {
+        FORCE_PULL_ENV: "true",  # tfmesos2 pulls the image at every launch
+        "DOCKER_IMAGE": TFMESOS2_IMAGE,  # and runs its own image unless DOCKER_IMAGE names one
+    }
+    task_env = dict(env or {})
+    archive_auth = {k: task_env[k] for k in (ARCHIVE_USER_ENV, ARCHIVE_PASSWORD_ENV) if task_env.get(k)}
     return MesosConfig.from_env(
-        {**defaults, **environ},
+        {**defaults, **environ, **archive_auth},
         master=master or (None if environ.get("MESOS_MASTER") else TFMESOS2_MASTER),
         role=environ.get("MESOS_FRAMEWORK_ROLE") or TFMESOS2_ROLE,
         verify_ssl=verify_ssl,

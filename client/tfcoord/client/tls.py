@@ -142,6 +142,20 @@ def client_context(
     return ctx
 
 
+def unverified_client_context() -> ssl.SSLContext:
+    """TLS that checks neither the certificate nor the host name: encrypted, not authenticated.
+
+    Only for a node told so by tfmesos2's ``TFMESOS2_VERIFY_SSL=false`` and given no CA to
+    check against; the job token's HMAC handshake still authenticates both sides' knowledge
+    of the token, but a man in the middle could read the traffic.
+    """
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    ctx.minimum_version = MINIMUM_VERSION
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
 #: OpenSSL reasons that mean the peer does not speak TLS at all: it sent plaintext
 #: (our protocol's challenge) where a TLS record belongs.
 _NOT_TLS = frozenset(

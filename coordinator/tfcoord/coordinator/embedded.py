@@ -69,7 +69,10 @@ class EmbeddedCoordinator:
     Args:
         host: interface to bind (``0.0.0.0`` when executors on other hosts must reach it).
         advertise_host: the host nodes should dial, when it differs from ``host``.
-        mesos: run a Mesos framework for jobs of engine "mesos" (torn down on stop).
+        mesos: run a Mesos framework for jobs of engine "mesos" (torn down on stop). Its tasks
+            fetch the node archive from an HTTP port started for them (plain HTTP under
+            ``ephemeral_tls``; see ``HttpConfig.plaintext``); :meth:`start_http` then returns
+            it only for the same token, which is no one's, so start no other.
         mesos_gpus: advertise GPU_RESOURCES from the start (a job that wants GPUs is coming).
         ephemeral_tls: serve TLS with a certificate made now, for this coordinator only (see
             ``coordinator.ephemeral``); its CA is :attr:`ca_pem`.
@@ -130,12 +133,28 @@ class EmbeddedCoordinator:
             from .mesos.plugin import MesosEngineFactory
 
             engines = (MesosEngineFactory(mesos, gpu_resources=mesos_gpus),)
+        http = None
+        if mesos is not None and mesos.node_archive:
+            # Its tasks fetch the node archive from the HTTP port. Under an ephemeral
+            # certificate that port speaks plain HTTP: no Mesos fetcher could verify the
+            # certificate, and tasks check the archive's SHA-256 anyway. The bearer token is
+            # made here and given to no one, so nothing but the archive and the public routes
+            # answers there (see HttpConfig.plaintext).
+            auth_pair = (
+                (mesos.archive_username, mesos.archive_password)
+                if mesos.archive_username is not None and mesos.archive_password is not None
+                else None
+            )
+            http = HttpConfig(
+                token=auth.new_secret(), host=host, port=0, archive_auth=auth_pair, plaintext=ephemeral_tls
+            )
         self.config = ServiceConfig(
             server=ServerConfig(
                 secret=self.secret, admin_secret=self.admin_secret, host=host, port=port, **options
             ),
             engines=engines,
             advertise_host=advertise_host,
+            http=http,
         )
         self.service = CoordinatorService(self.config)
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -14,6 +14,10 @@ Routes (``openapi.json`` beside this file describes them; a test keeps the two e
   credentials, so it needs no token to load; its own API calls send the token.
 - ``/v1/...`` (jobs, one job, its events, the OpenAPI document) and ``/metrics``:
   ``Authorization: Bearer <token>``, compared in constant time.
+- ``/v1/node-archive/NAME``: the node runtime Mesos tasks fetch (``coordinator.nodearchive``),
+  for the bearer token or HTTP Basic with the archive's own download credential, which is all
+  the Mesos fetcher can send (it takes it from the URI's ``user:password@``). That credential
+  opens this route only: the archive is tfcoord's public code, and tasks check its SHA-256.
 
 Every error is a small JSON object (``{"error": code, "message": text}``): unknown ids
 and paths are 404, malformed input 400, and anything unexpected is logged here and
@@ -49,6 +53,7 @@ from . import state as s
 from .logsafe import protect
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import CoordinatorMetrics
+from .nodearchive import ROUTE_PREFIX, node_archive
 from .server import DEFAULT_MAX_HTTP_CONNECTIONS, CoordinatorServer
 
 log = protect(logging.getLogger("tfcoord.coordinator.http"))
@@ -59,6 +64,8 @@ DASHBOARD_PATH = _HERE / "dashboard.html"
 
 #: Routes anyone may fetch: a health probe, and a page that holds no data.
 PUBLIC_PATHS = frozenset({"/healthz", "/", "/dashboard"})
+#: The node archive Mesos tasks fetch (see ``coordinator.nodearchive``).
+ARCHIVE_ROUTE = ROUTE_PREFIX + "{name}"
 #: A job's snapshot is rebuilt at most this often per job, however many dashboards poll
 #: it (a 10,000-node job's snapshot is megabytes of JSON, built on the coordinator's
 #: loop). Changes that bump the job's version show at once; only heartbeat times and
@@ -167,7 +174,21 @@ def _bearer_ok(request: web.Request, token: bytes) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8", "replace"), token)
 
 
-def _auth_middleware(token: bytes, metrics: CoordinatorMetrics) -> Any:
+def _basic_ok(given: str, expected: tuple[str, str] | None) -> bool:
+    """``given`` is the Basic credential (base64 of ``user:password``) that ``expected`` holds."""
+    if expected is None:
+        return False
+    try:
+        user, sep, password = base64.b64decode(given.strip(), validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
+        return False
+    # Both compared, always: the time taken says nothing about which one was wrong.
+    ok_user = hmac.compare_digest(user.encode(), expected[0].encode())
+    ok_password = hmac.compare_digest(password.encode(), expected[1].encode())
+    return bool(sep) and ok_user and ok_password
+
+
+def _auth_middleware(token: bytes, metrics: CoordinatorMetrics, archive_auth: tuple[str, str] | None) -> Any:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         resource = request.match_info.route.resource
@@ -176,6 +197,13 @@ def _auth_middleware(token: bytes, metrics: CoordinatorMetrics) -> Any:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(
             given.strip().encode("utf-8", "replace"), token
+        ):
+            return await handler(request)
+        if (
+            resource is not None
+            and resource.canonical == ARCHIVE_ROUTE
+            and scheme.lower() == "basic"
+            and _basic_ok(given, archive_auth)
         ):
             return await handler(request)
         metrics.http_auth_failures += 1
@@ -285,6 +313,22 @@ class _Api:
     async def openapi(self, request: web.Request) -> web.Response:
         _query(request, frozenset())
         return web.Response(body=self._openapi, content_type="application/json")
+
+    async def node_archive(self, request: web.Request) -> web.Response:
+        _query(request, frozenset())
+        archive = node_archive()
+        if request.match_info["name"] != archive.name:
+            raise ApiError(
+                404,
+                ErrorCode.NOT_FOUND,
+                f"this coordinator serves the node archive {archive.name} (tfcoord {__version__}), "
+                f"not {request.match_info['name'][:100]!r}",
+            )
+        return web.Response(
+            body=archive.data,
+            content_type="application/zip",
+            headers={"Cache-Control": "no-store", "X-Content-SHA256": archive.sha256},
+        )
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         _query(request, frozenset())
@@ -429,8 +473,13 @@ def _page_headers(html: str) -> dict[str, str]:
 # -- the application ----------------------------------------------------------------------
 
 
-def make_app(server: CoordinatorServer, token: bytes) -> web.Application:
+def make_app(
+    server: CoordinatorServer, token: bytes, archive_auth: tuple[str, str] | None = None
+) -> web.Application:
     """The aiohttp application over ``server``; its metrics attach on startup.
+
+    ``archive_auth`` is the (user, password) that HTTP Basic must carry to fetch the node
+    archive without the bearer token; None: only the bearer token fetches it.
 
     Raises:
         ValueError: the token is shorter than :data:`tfcoord.client.auth.MIN_SECRET_BYTES`.
@@ -440,7 +489,8 @@ def make_app(server: CoordinatorServer, token: bytes) -> web.Application:
     metrics = CoordinatorMetrics(server)
     api = _Api(server, metrics, token)
     app = web.Application(
-        middlewares=[_errors, _auth_middleware(token, metrics)], client_max_size=MAX_REQUEST_BODY_BYTES
+        middlewares=[_errors, _auth_middleware(token, metrics, archive_auth)],
+        client_max_size=MAX_REQUEST_BODY_BYTES,
     )
     app[SERVER_KEY] = server
     app[METRICS_KEY] = metrics
@@ -454,6 +504,7 @@ def make_app(server: CoordinatorServer, token: bytes) -> web.Application:
     app.router.add_get("/v1/jobs/{job}/events", api.events)
     app.router.add_get("/v1/jobs/{job}/progress", api.progress)
     app.router.add_get("/v1/jobs/{job}/logs", api.logs)
+    app.router.add_get(ARCHIVE_ROUTE, api.node_archive)
 
     async def attach(app: web.Application) -> None:
         metrics.attach()
@@ -548,6 +599,7 @@ async def start_http(
     ssl_context: ssl.SSLContext | None = None,
     max_connections: int = DEFAULT_MAX_HTTP_CONNECTIONS,
     keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
+    archive_auth: tuple[str, str] | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Serve the HTTP API for ``server`` on the running loop; returns the runner and bound port.
 
@@ -556,7 +608,7 @@ async def start_http(
     ``await runner.cleanup()`` before closing the server.
     """
     runner = web.AppRunner(
-        make_app(server, token),
+        make_app(server, token, archive_auth),
         access_log_class=_AccessLogger,
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         keepalive_timeout=keepalive_timeout_s,

@@ -5,8 +5,9 @@ coordinator (:mod:`.embedded`) runs the same service on a loop in a background t
 Both build one frozen :class:`ServiceConfig` at their entry point and hand it over; the
 service owns start-up and the one shutdown order:
 
-* start: journal replayed, protocol listener bound, then each engine started (it may
-  launch nodes that dial the listener), then the HTTP API (it reads all of the above);
+* start: journal replayed, protocol listener bound, then the HTTP API (it reads the state;
+  Mesos tasks fetch the node archive from it), then each engine started (it may launch
+  nodes that dial the listener);
 * close: the reverse — HTTP first (no new reads of a state going away), engines (a Mesos
   framework tears down or detaches), then the server, which closes connections and
   commits and closes the journal last.
@@ -37,6 +38,29 @@ log = logging.getLogger("tfcoord.coordinator")
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
+@dataclass(frozen=True)
+class ArchiveSite:
+    """Where engines' tasks fetch the node archive: the HTTP API's base URL and the Basic
+    credential its archive route takes (see ``coordinator.http``)."""
+
+    base_url: str
+    username: str
+    password: str
+
+
+#: The user name of the archive's download credential unless one is configured.
+ARCHIVE_USER = "tfcoord"
+
+
+def archive_password(secret: bytes) -> str:
+    """The archive's download password derived from the coordinator secret: it opens the
+    archive route only, and stays the same across restarts (tasks keep fetching)."""
+    import hashlib
+    import hmac
+
+    return hmac.new(secret, b"tfcoord node archive", hashlib.sha256).hexdigest()
+
+
 class Engine(Protocol):
     """A running launcher of nodes, started after the listener and closed before it."""
 
@@ -58,11 +82,14 @@ class EngineFactory(Protocol):
         """How long the engine's start may take (its first connection to the outside)."""
         ...
 
-    def create(self, server: CoordinatorServer, address: str, *, durable: bool) -> Engine:
+    def create(
+        self, server: CoordinatorServer, address: str, *, durable: bool, archive: ArchiveSite | None = None
+    ) -> Engine:
         """The engine for ``server``, whose nodes dial ``address``.
 
         ``durable``: the coordinator keeps a journal, so a restarted coordinator picks up
         what this engine leaves running; without one, close() must leave nothing behind.
+        ``archive``: where its tasks can fetch the node archive (None: no HTTP API).
         """
         ...
 
@@ -80,6 +107,14 @@ class HttpConfig:
     #: defaults of ``tfcoord.coordinator.http.start_http``).
     max_connections: int | None = None
     keepalive_timeout_s: float | None = None
+    #: The node archive's download credential (user, password); None derives one from the
+    #: coordinator secret (:func:`archive_password`).
+    archive_auth: tuple[str, str] | None = None
+    #: Serve plain HTTP even though the coordinator serves TLS: for an embedded coordinator
+    #: whose certificate is its own (``ephemeral_tls``), which no Mesos fetcher can verify.
+    #: Only the public routes and the node archive (digest-checked by every task) are of any
+    #: use then: give no one the bearer token.
+    plaintext: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,12 +193,16 @@ class CoordinatorService:
                 self.host, self.port = await self.server.start()
             except OSError as e:
                 raise ListenError(e.errno, e.strerror or str(e)) from None
-            for factory in cfg.engines:
-                engine = factory.create(self.server, self.address, durable=cfg.state_dir is not None)
-                await engine.start()
-                self.engines.append(engine)
+            archive = None
             if cfg.http is not None:
                 await self.start_http(cfg.http)
+                archive = self.archive_site()
+            for factory in cfg.engines:
+                engine = factory.create(
+                    self.server, self.address, durable=cfg.state_dir is not None, archive=archive
+                )
+                await engine.start()
+                self.engines.append(engine)
         except BaseException:
             await self.close()
             raise
@@ -203,18 +242,35 @@ class CoordinatorService:
                 http.host,
                 http.port,
                 http.token,
-                self.config.server.ssl_context,
+                None if http.plaintext else self.config.server.ssl_context,
                 max_connections=(
                     DEFAULT_MAX_HTTP_CONNECTIONS if http.max_connections is None else http.max_connections
                 ),
                 keepalive_timeout_s=(
                     KEEPALIVE_TIMEOUT_S if http.keepalive_timeout_s is None else http.keepalive_timeout_s
                 ),
+                archive_auth=http.archive_auth or (ARCHIVE_USER, archive_password(self.config.server.secret)),
             )
         except OSError as e:
             raise HttpStartError(e.errno, f"cannot serve HTTP on {http.host}:{http.port}: {e}") from None
         self._http = http
         return self.http_port
+
+    def archive_site(self) -> ArchiveSite | None:
+        """Where the HTTP API serves the node archive, as nodes reach it; None without HTTP."""
+        if self._http is None or self.server is None:
+            return None
+        host = self.config.advertise_host or self._http.host
+        if host in WILDCARD_HOSTS:
+            host = self.address.rpartition(":")[0]
+        elif ":" in host:
+            host = f"[{host}]"
+        tls = self.config.server.ssl_context is not None and not self._http.plaintext
+        user, password = self._http.archive_auth or (
+            ARCHIVE_USER,
+            archive_password(self.config.server.secret),
+        )
+        return ArchiveSite(f"{'https' if tls else 'http'}://{host}:{self.http_port}", user, password)
 
     async def close(self) -> None:
         """Stop serving, in the one order (see the module's docstring). Safe to call twice."""

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tfcoord.client import TfcoordError
+from tfcoord.client.client import DEFAULT_REQUEST_TIMEOUT_S
 from tfcoord.client.messages import MAX_ERROR_LEN
 
 from . import pdeath
@@ -63,6 +64,8 @@ class NodeConfig:
     server_mode: bool = False
     #: TLS toward a coordinator that serves it (``tfcoord.client.tls.client_context``).
     ssl_context: ssl.SSLContext | None = None
+    #: How long one request to the coordinator (not a wait) may take to be answered.
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
 
 
 class _Tail:
@@ -220,6 +223,7 @@ def run_node(cfg: NodeConfig) -> int:
             wait_timeout_s=cfg.wait_timeout_s,
             stop_grace_s=STOP_GRACE_S,
             ssl_context=cfg.ssl_context,
+            request_timeout_s=cfg.request_timeout_s,
         ),
         child,
     )

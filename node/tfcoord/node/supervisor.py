@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfcoord.client import NodeClient, RequestRejected, TfcoordError
-from tfcoord.client.client import ClusterInfo
+from tfcoord.client.client import DEFAULT_REQUEST_TIMEOUT_S, ClusterInfo
 from tfcoord.client.vocab import NodeState
 
 from .gpus import CPU, GpuSelection, select_gpus
@@ -192,6 +192,8 @@ class SupervisorConfig:
     ssl_context: ssl.SSLContext | None = None
     #: The work's progress reports (``ctx.report``) reach the coordinator at most this often.
     report_interval_s: float = 1.0
+    #: How long one request to the coordinator (not a wait) may take to be answered.
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -327,7 +329,13 @@ class NodeSupervisor:
         try:
             gpus = cfg.gpus.select()
             client = NodeClient(
-                cfg.address, cfg.token, cfg.job, cfg.executor_id, cfg.attempt, ssl_context=cfg.ssl_context
+                cfg.address,
+                cfg.token,
+                cfg.job,
+                cfg.executor_id,
+                cfg.attempt,
+                ssl_context=cfg.ssl_context,
+                request_timeout_s=cfg.request_timeout_s,
             ).connect()
         except BaseException:
             gpus.release()

@@ -16,7 +16,14 @@ arguments, under tfcoord's names (tfmesos2 has none for them):
 ``TFCOORD_MESOS_URIS``             ``URI[,URI]`` fetched and extracted into the sandbox, or a JSON
                                    list of ``{"value": URI, "extract": ..., "executable": ...,
                                    "cache": ...}``
+``TFCOORD_MESOS_NODE_ARCHIVE``     ``true`` (default): tasks fetch the node runtime from the
+                                   coordinator's HTTP port; ``false``: they run the image's
+                                   own ``python3 -m tfcoord.node``
 =================================  ===========================================================
+
+tfmesos2's task-side ``TFMESOS2_CLIENT_USERNAME`` and ``TFMESOS2_CLIENT_PASSWORD`` (the
+credentials its tasks present to its driver's HTTP API) become the node archive's download
+credential (both or neither).
 
 Only entry points (the CLI, the tfmesos2 compatibility module) call it, so nothing below
 them reads the environment.
@@ -76,6 +83,9 @@ FORCE_PULL_ENV = "TFCOORD_MESOS_FORCE_PULL_IMAGE"
 VOLUMES_ENV = "TFCOORD_MESOS_VOLUMES"
 ENV_ENV = "TFCOORD_MESOS_ENV"
 URIS_ENV = "TFCOORD_MESOS_URIS"
+NODE_ARCHIVE_ENV = "TFCOORD_MESOS_NODE_ARCHIVE"
+ARCHIVE_USER_ENV = "TFMESOS2_CLIENT_USERNAME"
+ARCHIVE_PASSWORD_ENV = "TFMESOS2_CLIENT_PASSWORD"
 
 CONTAINERIZERS = ("docker", "mesos")
 GPU_VENDORS = ("nvidia", "amd")
@@ -165,6 +175,12 @@ class MesosConfig:
     kill_after_end_s: float = KILL_AFTER_END_S
     #: Labels put on every task (operators find tfcoord's tasks by them).
     task_labels: tuple[tuple[str, str], ...] = ()
+    #: Tasks fetch the node archive from the coordinator's HTTP port, when it has one.
+    node_archive: bool = True
+    #: The archive's download credential (tfmesos2's TFMESOS2_CLIENT_USERNAME/PASSWORD);
+    #: None: one derived from the coordinator secret.
+    archive_username: str | None = None
+    archive_password: str | None = None
 
     def __post_init__(self) -> None:
         if not self.masters and self.zookeeper is None:
@@ -183,6 +199,13 @@ class MesosConfig:
             )
         if (self.username is None) != (self.password is None):
             raise MesosConfigError("set both MESOS_USERNAME and MESOS_PASSWORD, or neither")
+        if (self.archive_username is None) != (self.archive_password is None):
+            raise MesosConfigError(f"set both {ARCHIVE_USER_ENV} and {ARCHIVE_PASSWORD_ENV}, or neither")
+        if self.archive_username is not None and (":" in self.archive_username or not self.archive_password):
+            raise MesosConfigError(
+                f"{ARCHIVE_USER_ENV} must not contain ':' and {ARCHIVE_PASSWORD_ENV} must not be empty "
+                "(HTTP Basic splits user and password at the first ':')"
+            )
         for name in (
             "failover_timeout_s",
             "connect_timeout_s",
@@ -247,6 +270,10 @@ class MesosConfig:
         kw["volumes"] = parse_volumes(environ.get(VOLUMES_ENV, ""))
         kw["env"] = parse_env(environ.get(ENV_ENV, ""))
         kw["uris"] = parse_uris(environ.get(URIS_ENV, ""))
+        if environ.get(NODE_ARCHIVE_ENV, "").strip():
+            kw["node_archive"] = parse_bool(NODE_ARCHIVE_ENV, environ[NODE_ARCHIVE_ENV])
+        kw["archive_username"] = environ.get(ARCHIVE_USER_ENV) or None
+        kw["archive_password"] = environ.get(ARCHIVE_PASSWORD_ENV) or None
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from tfcoord.client import auth
 
 from .. import state as s
+from ..nodearchive import node_archive
 from .config import MesosConfig
 from .errors import MesosConfigError, MesosError
 from .jobs import ENGINE, MesosJob, RoleResources
@@ -55,10 +56,19 @@ from .offers import (
     parse_constraints,
 )
 from .scheduler import Call, SchedulerClient
-from .tasks import TaskLaunch, build_task_info, parse_task_id, scalar_gpus_isolated, task_id
+from .tasks import (
+    ArchiveFetch,
+    TaskLaunch,
+    build_task_info,
+    parse_task_id,
+    scalar_gpus_isolated,
+    secrets_supported,
+    task_id,
+)
 
 if TYPE_CHECKING:
     from ..server import CoordinatorServer
+    from ..service import ArchiveSite
 
 log = logging.getLogger("tfcoord.mesos")
 
@@ -143,6 +153,9 @@ class MesosEngine:
         teardown_on_close: end the framework (killing its tasks) on close; false for a
             coordinator with a journal, whose framework lives on across restarts.
         gpu_resources: advertise GPU_RESOURCES from the start (else once a job wants GPUs).
+        archive: where the coordinator's HTTP API serves the node archive; tasks fetch and
+            run it unless the configuration says not to (None: no HTTP API, so tasks run the
+            image's own tfcoord).
     """
 
     def __init__(
@@ -153,6 +166,7 @@ class MesosEngine:
         *,
         teardown_on_close: bool = True,
         gpu_resources: bool = False,
+        archive: ArchiveSite | None = None,
     ) -> None:
         self.server = server
         self.config = config
@@ -171,6 +185,12 @@ class MesosEngine:
         self.stats: dict[str, dict[str, Any]] = {}
         self.counters = {"offer_rounds": 0, "rescinds": 0, "relaunches": 0, "declined": 0}
         self.client = SchedulerClient(config, self, framework_id=server.journal.get_meta(FRAMEWORK_ID_META))
+        self.archive: ArchiveFetch | None = None
+        if archive is not None and config.node_archive:
+            built = node_archive()  # once per process, before the first offer needs it
+            self.archive = ArchiveFetch.at(
+                archive.base_url, archive.username, archive.password, built.name, built.sha256
+            )
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -588,8 +608,20 @@ class MesosEngine:
         self._tasks[t.task_id] = t
         owner = self.server.state.jobs[t.job].owner if t.job in self.server.state.jobs else b""
         token = auth.job_token(self.server.config.secret, t.job, owner).hex()
+        image = job.mesos.image or self.config.image
+        secret = secrets_supported(str(self.client.master_info.get("version") or ""), self.config, image)
         launch = TaskLaunch(
-            t.job, t.executor_id, t.attempt, t.role, t.index, self.address, token, job.mesos, p
+            t.job,
+            t.executor_id,
+            t.attempt,
+            t.role,
+            t.index,
+            self.address,
+            token,
+            job.mesos,
+            p,
+            archive=self.archive,
+            secret_token=secret,
         )
         where = f"{p.hostname or p.agent_id}:{p.port}" + (
             f" with GPUs {','.join(p.gpu_ids)}" if p.gpu_ids else ""

@@ -10,6 +10,7 @@ from .jobs import ENGINE
 
 if TYPE_CHECKING:
     from ..server import CoordinatorServer
+    from ..service import ArchiveSite
     from .engine import MesosEngine
 
 
@@ -27,11 +28,18 @@ class MesosEngineFactory:
         """The framework's first subscription has its own deadline."""
         return self.mesos.first_subscribe_deadline_s + self.mesos.connect_timeout_s
 
-    def create(self, server: CoordinatorServer, address: str, *, durable: bool) -> MesosEngine:
+    def create(
+        self, server: CoordinatorServer, address: str, *, durable: bool, archive: ArchiveSite | None = None
+    ) -> MesosEngine:
         from .engine import MesosEngine  # aiohttp's client only when a Mesos engine runs
 
         # With a journal the framework outlives this process (a restart resubscribes and keeps
         # its tasks); without one nothing could pick it up again, so it is torn down on close.
         return MesosEngine(
-            server, self.mesos, address, teardown_on_close=not durable, gpu_resources=self.gpu_resources
+            server,
+            self.mesos,
+            address,
+            teardown_on_close=not durable,
+            gpu_resources=self.gpu_resources,
+            archive=archive,
         )

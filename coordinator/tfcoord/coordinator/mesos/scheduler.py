@@ -168,6 +168,8 @@ class SchedulerClient:
         self.listener = listener
         self.framework_id = framework_id
         self.heartbeat_interval_s = DEFAULT_HEARTBEAT_S
+        #: The leading master's MasterInfo from its SUBSCRIBED event (``version``...).
+        self.master_info: dict[str, Any] = {}
         self.subscriptions = 0
         self.error: MesosError | None = None
         self._ssl = ssl_context(config)
@@ -495,6 +497,7 @@ class SchedulerClient:
             resubscribed = fid == self.framework_id
             self.framework_id = fid
             self.heartbeat_interval_s = float(sub.get("heartbeat_interval_seconds") or DEFAULT_HEARTBEAT_S)
+            self.master_info = sub.get("master_info") or {}
             self.subscriptions += 1
             self._generation += 1
             self._up.set()

@@ -10,6 +10,19 @@ listings; it is the per-job token, which can act only within that job, never the
 coordinator's secret. (Like any TaskInfo field it is visible to whoever can read the
 master's state.)
 
+Where the coordinator serves the node archive (``coordinator.nodearchive``: the node runtime
+as one zipapp, on its HTTP port), the image needs no tfcoord at all: ``CommandInfo.uris``
+names the archive (``executable``, so the fetcher neither extracts it nor leaves it
+read-only), the fetcher puts it in the sandbox, and the command checks it against the SHA-256
+the TaskInfo carries and runs it -- ``python3 -c BOOTSTRAP $MESOS_SANDBOX/ARCHIVE SHA256
+--address ...``, the same node arguments. Only an image with Python 3 (and TensorFlow, to
+serve) is needed, tfmesos2's included.
+
+Where the master resolves secrets (Mesos 1.4 and later, under the Mesos containerizer only:
+Docker's does not support them), the token travels as a ``Secret`` of type VALUE in the
+environment (:func:`token_variable`), so the master's task listings and state endpoints show
+no token; elsewhere as a plain variable, as before.
+
 The command is a shell line starting with ``exec`` so the node process replaces the shell
 and receives the agent's signals; ``shell=true`` means the same under the Docker and the
 Mesos containerizer, where ``shell=false`` does not.
@@ -45,18 +58,23 @@ share an agent safely.
 
 from __future__ import annotations
 
+import base64
 import shlex
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from tfcoord.node.runner import TOKEN_ENV
 
+from ..nodearchive import bootstrap_argv
 from .config import MesosConfig
 from .jobs import MesosJob
 from .offers import Placement
 
 TASK_ID_PREFIX = "tfcoord"
 PORT_ENV = "TENSORFLOW_PORT"
+#: Mesos resolves environment secrets from this release on (the Secret message is older).
+SECRETS_SINCE = (1, 4)
 
 
 def task_id(job: str, executor_id: int, attempt: int) -> str:
@@ -75,6 +93,24 @@ def parse_task_id(value: str) -> tuple[str, int, int] | None:
 
 
 @dataclass(frozen=True)
+class ArchiveFetch:
+    """The node archive as a task fetches it: the URL with its download credential, the file
+    name it gets in the sandbox and the digest the task checks before running it."""
+
+    url: str
+    name: str
+    sha256: str
+
+    @classmethod
+    def at(cls, base_url: str, username: str, password: str, name: str, sha256: str) -> ArchiveFetch:
+        """The archive served under ``base_url`` (``https://host:port``), the credential in
+        the URL's userinfo: the Mesos fetcher (libcurl) sends it as HTTP Basic."""
+        scheme, _, rest = base_url.partition("://")
+        cred = f"{quote(username, safe='')}:{quote(password, safe='')}@"
+        return cls(f"{scheme}://{cred}{rest}/v1/node-archive/{name}", name, sha256)
+
+
+@dataclass(frozen=True)
 class TaskLaunch:
     """One task to launch: which slot, where, and how the node reaches its coordinator."""
 
@@ -88,6 +124,10 @@ class TaskLaunch:
     token_hex: str
     mesos_job: MesosJob
     placement: Placement
+    #: Fetch and run the node archive (None: the image's own ``python3 -m tfcoord.node``).
+    archive: ArchiveFetch | None = None
+    #: Pass the token as a Mesos secret (the master and the containerizer resolve them).
+    secret_token: bool = False
 
     @property
     def task_id(self) -> str:
@@ -120,13 +160,43 @@ def visible_gpus(config: MesosConfig, image: str, p: Placement) -> tuple[str, ..
     return p.gpu_ids  # every GPU visible (AMD's /dev/dri, or the agent itself): the physical ids
 
 
+def secrets_supported(master_version: str, config: MesosConfig, image: str) -> bool:
+    """Whether a task of ``image`` gets environment secrets resolved: Mesos 1.4 or later, and
+    the Mesos containerizer (a task without an image runs under it too)."""
+    parts = []
+    for item in master_version.split(".")[:2]:
+        digits = "".join(c for c in item if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) >= SECRETS_SINCE and (not image or config.containerizer == "mesos")
+
+
+def token_variable(launch: TaskLaunch) -> dict[str, Any]:
+    """The job token's environment variable: a Secret of type VALUE, or a plain value."""
+    if launch.secret_token:
+        data = base64.b64encode(launch.token_hex.encode()).decode()
+        return {"name": TOKEN_ENV, "type": "SECRET", "secret": {"type": "VALUE", "value": {"data": data}}}
+    return {"name": TOKEN_ENV, "value": launch.token_hex}
+
+
 def node_argv(config: MesosConfig, launch: TaskLaunch) -> list[str]:
-    """The node entry point's argv for this task."""
+    """The node entry point's argv for this task: the image's ``python3 -m tfcoord.node``, or
+    the fetched archive's bootstrap (its path as ``$MESOS_SANDBOX/NAME``, for a shell)."""
+    if launch.archive is not None:
+        a = launch.archive
+        entry = bootstrap_argv(config.python, f"{SANDBOX_MARK}/{a.name}", a.sha256)
+    else:
+        entry = [config.python, "-m", "tfcoord.node"]
+    return entry + node_args(config, launch)
+
+
+#: Stands for the sandbox in :func:`node_argv`; the shell line expands it.
+SANDBOX_MARK = "$MESOS_SANDBOX"
+
+
+def node_args(config: MesosConfig, launch: TaskLaunch) -> list[str]:
+    """The node's own arguments (``tfcoord node ...``), whichever entry point runs it."""
     p = launch.placement
     argv = [
-        config.python,
-        "-m",
-        "tfcoord.node",
         "--address",
         launch.coordinator,
         "--job",
@@ -197,25 +267,50 @@ def container_info(config: MesosConfig, launch: TaskLaunch) -> dict[str, Any] | 
     return out
 
 
+def shell_line(argv: list[str]) -> str:
+    """``exec ARGV`` for ``/bin/sh -c``, each word quoted; :data:`SANDBOX_MARK` left to expand."""
+    words = []
+    for word in argv:
+        if word.startswith(SANDBOX_MARK + "/"):
+            words.append('"$MESOS_SANDBOX"/' + shlex.quote(word[len(SANDBOX_MARK) + 1 :]))
+        else:
+            words.append(shlex.quote(word))
+    return "exec " + " ".join(words)
+
+
 def build_task_info(config: MesosConfig, launch: TaskLaunch) -> dict[str, Any]:
     """The TaskInfo (JSON) for a LAUNCH operation."""
     p = launch.placement
     variables = [
-        {"name": TOKEN_ENV, "value": launch.token_hex},
+        token_variable(launch),
         {"name": PORT_ENV, "value": str(p.port)},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
     variables += [{"name": k, "value": v} for k, v in config.env if k not in (TOKEN_ENV, PORT_ENV)]
     command: dict[str, Any] = {
         "shell": True,
-        "value": "exec " + shlex.join(node_argv(config, launch)),
+        "value": shell_line(node_argv(config, launch)),
         "environment": {"variables": variables},
     }
-    if config.uris:
-        command["uris"] = [
-            {"value": u.value, "extract": u.extract, "executable": u.executable, "cache": u.cache}
-            for u in config.uris
-        ]
+    uris = []
+    if launch.archive is not None:
+        # executable: chmod'ed and neither extracted nor cached under a shared name; the
+        # output_file pins the name the command runs, whatever the URL looks like.
+        uris.append(
+            {
+                "value": launch.archive.url,
+                "executable": True,
+                "extract": False,
+                "cache": False,
+                "output_file": launch.archive.name,
+            }
+        )
+    uris += [
+        {"value": u.value, "extract": u.extract, "executable": u.executable, "cache": u.cache}
+        for u in config.uris
+    ]
+    if uris:
+        command["uris"] = uris
     labels = [
         {"key": "tfcoord.job", "value": launch.job},
         {"key": "tfcoord.task", "value": f"{launch.role}:{launch.index}"},
