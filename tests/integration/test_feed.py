@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tfcoord.client import feedmessages as fm
+from tfcoord.node import feedtls
 from tfcoord.node import feedwire as fw
 from tfcoord.node.datafeed import DataFeed, FeedServer
 from tfcoord.node.feeder import FeedPlan, FeedTarget, control, feed
@@ -17,17 +19,26 @@ TOKEN = b"t" * 32
 JOB = "job-feed"
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[FeedServer, FeedTarget, list[str]]]:
+#: Each node's TLS identity is made once per test module (a key pair and certificate).
+_IDENTITY = feedtls.new_identity(JOB)
+
+
+@pytest.fixture(params=["tls", "plaintext"])
+def server(request) -> Iterator[tuple[FeedServer, FeedTarget, list[str]]]:
+    """A feed server, over TLS (a TLS job's) and in plaintext (an explicitly plaintext job's)."""
+    identity = _IDENTITY if request.param == "tls" else None
     listener = socket.create_server(("127.0.0.1", 0))
     terminated: list[str] = []
-    srv = FeedServer(listener, TOKEN, JOB, "worker:0 (executor 0, host test)", terminated.append).start()
-    yield srv, FeedTarget("worker:0", f"127.0.0.1:{listener.getsockname()[1]}"), terminated
+    srv = FeedServer(
+        listener, TOKEN, JOB, "worker:0 (executor 0, host test)", terminated.append, tls=identity
+    ).start()
+    pin = identity.fingerprint if identity is not None else ""
+    yield srv, FeedTarget("worker:0", f"127.0.0.1:{listener.getsockname()[1]}", pin), terminated
     srv.close()
 
 
 def _plan(target: FeedTarget, train: bool = True, timeout: float = 10.0, token: bytes = TOKEN) -> FeedPlan:
-    return FeedPlan(JOB, token, (target,), "input", train, timeout)
+    return FeedPlan(JOB, token, (target,), "input", train, timeout, tls=bool(target.tls))
 
 
 class _Feeder(threading.Thread):
@@ -296,4 +307,122 @@ def test_partitions_spread_round_robin_over_the_fed_nodes():
     assert sorted(r for b in got[0] for r in b) == [0, 0, 0, 2, 2, 2, 4, 4, 4]
     assert sorted(r for b in got[1] for r in b) == [1, 1, 1, 3, 3, 3]
     for srv in servers:
+        srv.close()
+
+
+# -- TLS: a TLS job's feed refuses plaintext peers and nodes that do not hold the pinned key --------
+
+
+@pytest.fixture
+def tls_server() -> Iterator[tuple[FeedServer, FeedTarget, list]]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    srv = FeedServer(listener, TOKEN, JOB, "worker:0", tls=_IDENTITY).start()
+    batches: list = []
+    consumer = _consume(srv, True, batches)
+    target = FeedTarget("worker:0", f"127.0.0.1:{listener.getsockname()[1]}", _IDENTITY.fingerprint)
+    yield srv, target, batches
+    control(_plan(target), target, "eof")
+    consumer.join(10)
+    srv.close()
+
+
+def _fed(srv: FeedServer) -> int:
+    return srv.queue("input").taken + srv.queue("input").buffered
+
+
+def test_a_tls_feed_is_encrypted_on_the_wire(tls_server):
+    """What crosses the wire is TLS 1.3 records: no frame of the feed protocol, no record, in the clear."""
+    srv, target, _ = tls_server
+    host, port = target.address.rsplit(":", 1)
+    # A relay between feeder and node records every byte both ways, as someone on the path would.
+    relay = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+
+    def pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                seen.append(data)
+                b.sendall(data)
+            b.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # one side hung up first
+
+    def run_relay() -> None:
+        client, _ = relay.accept()
+        upstream = socket.create_connection((host, int(port)))
+        t = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+        t.start()
+        pump(client, upstream)
+        t.join(10)
+        client.close()
+        upstream.close()
+
+    r = threading.Thread(target=run_relay, daemon=True)
+    r.start()
+    via = FeedTarget(target.node, f"127.0.0.1:{relay.getsockname()[1]}", target.tls)
+    marker = "plaintext-marker-" * 4
+    list(feed(_plan(via), 0, [marker] * 100))
+    r.join(10)
+    relay.close()
+    wire = b"".join(seen)
+    assert wire[:1] == b"\x16"  # a TLS handshake record, where a plaintext feed starts with a challenge
+    assert marker.encode() not in wire and b"challenge" not in wire and b"records" not in wire
+    assert _fed(srv) == 100  # and the node's consumer took every record (before it said done)
+
+
+def test_a_plaintext_peer_is_refused_by_a_tls_feed_port(tls_server):
+    srv, target, _ = tls_server
+    host, port = target.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        # A plaintext feeder's first bytes (a frame of the feed protocol) are not a ClientHello.
+        sock.sendall(fw.frame(fm.Open(kind="eof")))
+        got = b""
+        try:
+            while data := sock.recv(65536):
+                got += data
+        except ConnectionResetError:
+            pass
+    assert b"challenge" not in got  # the node never spoke the feed protocol to it
+    # A feeder of a TLS job never falls back to plaintext: a node that registered no
+    # certificate is not fed at all.
+    unpinned = FeedPlan(JOB, TOKEN, (FeedTarget("worker:0", target.address),), tls=True)
+    with pytest.raises(
+        fw.FeedError, match="registered no feed certificate: refusing to feed it in plaintext"
+    ):
+        list(feed(unpinned, 0, [1]))
+    list(feed(_plan(target), 0, [1, 2, 3]))  # and the node still serves its own job's feeders
+    assert _fed(srv) == 3
+
+
+def test_a_node_that_presents_another_certificate_is_not_fed(tls_server):
+    """Another node (of this job or any other) at the registered address, or someone on the
+    path with a certificate of their own, fails the pin before a byte of the feed is sent."""
+    srv, target, _ = tls_server
+    impostor_identity = feedtls.new_identity(JOB)  # issued for the same job, but not the registered key
+    listener = socket.create_server(("127.0.0.1", 0))
+    impostor = FeedServer(listener, TOKEN, JOB, "impostor", tls=impostor_identity).start()
+    try:
+        wrong = FeedTarget("worker:0", f"127.0.0.1:{listener.getsockname()[1]}", target.tls)
+        with pytest.raises(
+            fw.FeedError, match="presented a certificate other than the one the node registered"
+        ):
+            list(feed(_plan(wrong), 0, [1, 2, 3]))
+        assert _fed(impostor) == 0
+        # The real node, pinned right, is fed.
+        list(feed(_plan(target), 0, [1, 2, 3]))
+        assert _fed(srv) == 3
+    finally:
+        impostor.close()
+
+
+def test_a_tls_feeder_refuses_a_plaintext_node():
+    """The reverse downgrade: a feeder pinning a certificate reaches a node that answers in plaintext."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    srv = FeedServer(listener, TOKEN, JOB, "worker:0").start()
+    try:
+        pinned = FeedTarget("worker:0", f"127.0.0.1:{listener.getsockname()[1]}", _IDENTITY.fingerprint)
+        with pytest.raises(fw.FeedError, match=r"TLS handshake with the feed port of worker:0 .* failed"):
+            list(feed(_plan(pinned), 0, [1, 2, 3]))
+        assert _fed(srv) == 0
+    finally:
         srv.close()

@@ -16,7 +16,10 @@ import time
 import pytest
 
 from tfcoord.client import JobFailed
+from tfcoord.client import feedmessages as fm
+from tfcoord.node import feedtls
 from tfcoord.node import spark as tfs
+from tfcoord.node.feedwire import FEED_META, frame
 
 from . import mapfuns
 from .mapfuns import alive, args_for
@@ -26,9 +29,28 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 SPARK = tfs.InputMode.SPARK
 
 
+def _refuses_plaintext(address: str) -> bool:
+    """A plaintext peer's first frame gets no feed-protocol answer: the port speaks TLS only."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(frame(fm.Open(kind="eof")))
+        got = b""
+        try:
+            while data := sock.recv(65536):
+                got += data
+        except ConnectionResetError:
+            pass
+    return b"challenge" not in got
+
+
 def test_inference_returns_the_sum_of_squares(sc, tmp_path):
+    # The embedded coordinator serves TLS by default, so the feed is TLS: the node registered
+    # its feed certificate's fingerprint, its feed port refuses plaintext, and feeding works.
     cluster = tfs.run(sc, mapfuns.infer_squares, args_for(tmp_path), 1, 0, input_mode=SPARK)
     try:
+        (node,) = cluster.driver.status(cluster.job).nodes
+        assert feedtls.valid_fingerprint(node.meta[feedtls.FEED_TLS_META])
+        assert _refuses_plaintext(str(node.meta[FEED_META]))
         rdd = sc.parallelize(range(1000), 10)
         results = cluster.inference(rdd, feed_timeout=60)
         assert results.sum() == sum(x * x for x in range(1000))
@@ -53,6 +75,16 @@ def test_inference_results_come_from_the_queue_named_qname_out(sc, tmp_path):
         assert f"{node['addr'][0]}:{node['addr'][1]}" == node["meta"]["feed_address"]  # its feed port
         results = cluster.inference(sc.parallelize(range(100), 4), feed_timeout=60, qname_out="scores")
         assert sorted(results.collect()) == [x * x for x in range(100)]
+    finally:
+        assert cluster.shutdown(grace_secs=60)["state"] == "SUCCEEDED"
+
+
+def test_an_explicitly_plaintext_job_feeds_in_plaintext(sc, tmp_path):
+    cluster = tfs.run(sc, mapfuns.infer_squares, args_for(tmp_path), 1, 0, input_mode=SPARK, plaintext=True)
+    try:
+        (node,) = cluster.driver.status(cluster.job).nodes
+        assert feedtls.FEED_TLS_META not in node.meta
+        assert cluster.inference(sc.parallelize(range(100), 2)).sum() == sum(x * x for x in range(100))
     finally:
         assert cluster.shutdown(grace_secs=60)["state"] == "SUCCEEDED"
 

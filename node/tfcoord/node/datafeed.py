@@ -38,8 +38,10 @@ from tfcoord.client import messages as m
 from tfcoord.client.errors import LocalProtocolError, RemoteProtocolError, TfcoordError
 from tfcoord.client.vocab import ErrorCode
 
+from . import feedtls
 from . import feedwire as fw
 from .feedqueue import FeedQueue
+from .feedtls import FeedIdentity
 
 log = logging.getLogger("tfcoord.feed")
 
@@ -97,6 +99,9 @@ class FeedServer:
             inference's feeding Spark job fails lazily, in the user's action) and the
             driver's ``train()`` decides on that reason, not on Spark's failure text (a
             training feeder that Spark retries is told "stop" and ends quietly).
+        tls: serve TLS with this identity (:mod:`.feedtls`: the job's coordinator traffic is
+            TLS); a peer that does not complete the TLS handshake is dropped before a byte
+            of the feed protocol. None: plaintext (an explicitly plaintext job).
     """
 
     def __init__(
@@ -108,9 +113,11 @@ class FeedServer:
         on_terminate: Callable[[str], None] | None = None,
         on_stall: Callable[[str], None] | None = None,
         queues: tuple[str, ...] | None = None,
+        tls: FeedIdentity | None = None,
     ) -> None:
         self._listener = listener
         self.queues = queues
+        self._tls = tls
         self._token = token
         self._job = job
         self.node = node
@@ -297,6 +304,13 @@ class FeedServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             _keepalive(sock)
             sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            if self._tls is not None:
+                try:
+                    sock = feedtls.accept(sock, self._tls)
+                except (OSError, ValueError) as e:  # plaintext, or not TLS 1.3: refused
+                    log.debug("refused a feed connection to %s that did not complete TLS: %s", self.node, e)
+                    return
+                stream = fw.FeedStream(sock)
             opening = self._handshake(stream)
             if opening is None:
                 return

@@ -35,8 +35,9 @@ from tfcoord.client.client import ClusterInfo
 from tfcoord.client.replies import RESULT_META, TENSORBOARD_META, TENSORBOARD_PID_META
 from tfcoord.client.vocab import FailureReason
 
-from . import feedwire, pdeath
+from . import feedtls, feedwire, pdeath
 from .context import TFNodeContext
+from .feedtls import FeedIdentity
 from .gpuclaim import lock_dir
 from .ports import PortReservation
 from .supervisor import (
@@ -179,6 +180,7 @@ def _child(
     parent_pid: int = 0,
     ssl_context: ssl.SSLContext | None = None,
     output_fds: tuple[int, int] = (-1, -1),
+    feed_tls: FeedIdentity | None = None,
 ) -> None:
     """Runs in the forked child: the user's function; sends ("result", meta) or ("error", traceback).
 
@@ -224,6 +226,7 @@ def _child(
                     spec, r, ssl_context, quiet=True, cause=FailureReason.FEED_TIMEOUT
                 ),
                 queues=spec.queues,
+                tls=feed_tls,
             ).start()  # fmt: skip
             ctx._feed = feed
         # The port must be ours alone from here: wait until the parent closed its copy.
@@ -276,6 +279,8 @@ class ForkedFunction(Child):
         self._board: TensorBoard | None = None
         self._feed_sock: socket.socket | None = None
         self._feed_address = ""
+        #: The feed port's TLS identity when the job's coordinator traffic is TLS (feedtls).
+        self._feed_tls: FeedIdentity | None = None
         self._node = ""
         self._ended = threading.Event()
         self._client: NodeClient | None = None
@@ -299,6 +304,11 @@ class ForkedFunction(Child):
             )
             self._feed_address = f"{host}:{self._feed_sock.getsockname()[1]}"
             meta[feedwire.FEED_META] = self._feed_address
+            if self.spec.tls is not None:
+                # The job's coordinator traffic is TLS, so its feed is: the certificate's
+                # fingerprint is registered with the coordinator, and feeders pin it.
+                self._feed_tls = feedtls.new_identity(self.spec.job)
+                meta[feedtls.FEED_TLS_META] = self._feed_tls.fingerprint
         if self.spec.tensorboard and _tensorboard_role(self.spec, self.executor_id):
             self._board = TensorBoard(
                 self._logdir,
@@ -349,6 +359,7 @@ class ForkedFunction(Child):
                 os.getpid(),
                 self.ssl_context,
                 (launch.stdout_fd, launch.stderr_fd),
+                self._feed_tls,
             ),
         )
         self._proc.start()
@@ -408,7 +419,9 @@ class ForkedFunction(Child):
             return
         from .datafeed import FeedServer
 
-        self._lingering = FeedServer(self._feed_sock, self.spec.token, self.spec.job, self._node).start()
+        self._lingering = FeedServer(
+            self._feed_sock, self.spec.token, self.spec.job, self._node, tls=self._feed_tls
+        ).start()  # the same certificate: feeders pin it
         self._lingering.stop(f"DataFeed.terminate() on {self._node}: its feed is over")
 
     def lingers(self) -> bool:
@@ -430,7 +443,8 @@ class ForkedFunction(Child):
         """A fed node first stops its feed, so map_fun sees should_stop() and can finish."""
         if not self._feed_address:
             return False
-        _stop_feed(self.spec, self._node, self._feed_address, reason)
+        pin = self._feed_tls.fingerprint if self._feed_tls is not None else ""
+        _stop_feed(self.spec, self._node, self._feed_address, reason, pin)
         return self._ended.wait(FEED_STOP_GRACE_S)
 
     def close(self) -> None:
@@ -500,13 +514,13 @@ def run_node(
         raise NodeFailed(f"{role}:{index} (executor {executor_id}) failed:\n{outcome.error}")
 
 
-def _stop_feed(spec: NodeSpec, node: str, address: str, reason: str) -> None:
+def _stop_feed(spec: NodeSpec, node: str, address: str, reason: str, pin: str = "") -> None:
     """Tell our map_fun's feed to take no more data (it may already be gone)."""
     from .feeder import FeedPlan, FeedTarget, control
 
-    target = FeedTarget(node, address)
+    target = FeedTarget(node, address, pin)
     try:
-        control(FeedPlan(spec.job, spec.token, (target,)), target, "stop", reason)
+        control(FeedPlan(spec.job, spec.token, (target,), tls=bool(pin)), target, "stop", reason)
     except feedwire.FeedError:
         pass
 

@@ -19,15 +19,19 @@ from tfcoord.client import messages as m
 from tfcoord.client.errors import AuthenticationFailed, ConnectionClosed, ProtocolError, RemoteProtocolError
 from tfcoord.client.vocab import ErrorCode
 
+from . import feedtls
 from . import feedwire as fw
 
 
 @dataclass(frozen=True)
 class FeedTarget:
-    """A node that takes fed data: how errors name it, and where its feed port is."""
+    """A node that takes fed data: how errors name it, where its feed port is, and the
+    fingerprint of the certificate it registered for its feed (:mod:`.feedtls`; empty when
+    the node serves plaintext)."""
 
     node: str
     address: str
+    tls: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,9 @@ class FeedPlan:
     feed_timeout_s: float = 600.0
     #: Inference: the queue whose results the feeders read.
     qname_out: str = "output"
+    #: The job's coordinator traffic is TLS, so its feed must be: every target must have
+    #: registered a certificate, and feeders connect only to the node that presents it.
+    tls: bool = False
 
     def target(self, partition: int) -> FeedTarget:
         return self.targets[fw.assign(partition, len(self.targets))]
@@ -75,7 +82,12 @@ def _handshake(stream: fw.FeedStream, plan: FeedPlan, target: FeedTarget, openin
     return reply
 
 
-def _open(target: FeedTarget) -> fw.FeedStream:
+def _open(plan: FeedPlan, target: FeedTarget) -> fw.FeedStream:
+    if plan.tls and not target.tls:
+        raise fw.FeedError(
+            f"job {plan.job}'s feed is TLS (its coordinator traffic is), but {target.node} registered no "
+            f"feed certificate: refusing to feed it in plaintext"
+        )
     try:
         sock = fw.connect(target.address)
     except OSError as e:
@@ -83,6 +95,16 @@ def _open(target: FeedTarget) -> fw.FeedStream:
             f"cannot reach the feed port of {target.node} at {target.address}: {e}; "
             "the node has ended or failed (see the job's status)"
         ) from None
+    if target.tls:
+        try:
+            sock = feedtls.connect(sock, target.tls, f"{target.node} at {target.address}")
+        except feedtls.FeedTlsError as e:
+            raise fw.FeedError(str(e)) from None
+        except OSError as e:
+            raise fw.FeedError(
+                f"{target.node} at {target.address} dropped the feed connection during the TLS handshake: "
+                f"{e}; the node has ended or failed (see the job's status)"
+            ) from None
     return fw.FeedStream(sock)
 
 
@@ -98,7 +120,7 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
         FeedStopped: inference only, the node stopped taking data before every result came back.
     """
     target = plan.target(partition)
-    stream = _open(target)
+    stream = _open(plan, target)
     sock = stream.sock
     state = fw.FeederState(node=target.node, qname=plan.qname, train=plan.train)
     silence_s = plan.feed_timeout_s + fw.SILENCE_SLACK_S
@@ -190,7 +212,7 @@ def control(plan: FeedPlan, target: FeedTarget, kind: str, reason: str = "") -> 
     Raises:
         FeedError: the node could not be reached or refused.
     """
-    stream = _open(target)
+    stream = _open(plan, target)
     try:
         stream.sock.settimeout(fw.CONNECT_TIMEOUT_S)
         _handshake(stream, plan, target, fm.Open(kind=kind, reason=reason[: m.MAX_TEXT_LEN]))

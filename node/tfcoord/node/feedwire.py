@@ -7,7 +7,9 @@ ships them to the feeding tasks, which pick their node by partition index
 (:func:`assign`, round-robin as TensorFlowOnSpark assigns). So a feeding task never
 needs to share a Python worker, or even an executor, with its node.
 
-One TCP connection carries one partition. It speaks the coordinator protocol's framing
+One TCP connection carries one partition; for a job whose coordinator traffic is TLS it is
+a TLS 1.3 connection to the node's own certificate, pinned by fingerprint
+(:mod:`tfcoord.node.feedtls`). It speaks the coordinator protocol's framing
 (:class:`tfcoord.client.protocol.Connection`) and handshake (:mod:`tfcoord.client.handshake`:
 the feeder proves it holds the job token, role ``feeder``, and the node proves it in
 turn), then the feed's own typed messages (:mod:`tfcoord.client.feedmessages`)::

@@ -26,7 +26,7 @@ from tfcoord.client.replies import TENSORBOARD_PID_META, JobStatus
 from tfcoord.client.vocab import FORMED_JOB, FailureReason, JobState, NodeState
 from tfcoord.client.watcher import FOREVER_S, ended, watch_until
 
-from . import feedwire
+from . import feedtls, feedwire
 from .executor import NodeSpec, run_node, spark_partition
 from .feeder import FeedPlan, FeedTarget, control, inference_partition, train_partition
 from .tlsfiles import TlsFiles
@@ -548,7 +548,12 @@ class SparkCluster:
         if st.state == JobState.FAILED:
             raise self._failure(st)
         targets = tuple(
-            FeedTarget(f"{n.name} (executor {n.executor_id}, host {n.host})", str(n.meta[feedwire.FEED_META]))
+            FeedTarget(
+                f"{n.name} (executor {n.executor_id}, host {n.host})",
+                str(n.meta[feedwire.FEED_META]),
+                # The certificate the node registered over the job's TLS connection (feedtls).
+                str(n.meta.get(feedtls.FEED_TLS_META) or ""),
+            )
             for n in sorted(st.nodes, key=lambda n: n.executor_id)
             if n.role in feedwire.FEED_ROLES and n.meta.get(feedwire.FEED_META)
         )
@@ -560,7 +565,17 @@ class SparkCluster:
             # independent: one slot feeds them all in turn).
             held = 0 if self.node.background else self._executor_nodes
             feedwire.check_slots(_task_slots(self.sc), held, len(targets))
-        return FeedPlan(self.job, self.node.token, targets, qname, train, float(feed_timeout), qname_out)
+        # TLS exactly when the job's coordinator traffic is: a TLS job never feeds in plaintext.
+        return FeedPlan(
+            self.job,
+            self.node.token,
+            targets,
+            qname,
+            train,
+            float(feed_timeout),
+            qname_out,
+            tls=self.node.tls is not None,
+        )
 
     def _feeding(self) -> bool:
         """Whether a streaming job still takes data: not stopping, stopped, failed or done, and
