@@ -97,7 +97,7 @@ def main() -> int:
     sent = answered = hung = bad = violations = crashes = batches = 0
     first_failure = ""
     t0 = time.monotonic()
-    with EmbeddedCoordinator(**LIMITS) as coord:
+    with EmbeddedCoordinator(plaintext=True, **LIMITS) as coord:
         while sent < args.frames:
             seed = rng.randrange(2**32)
             gen = Generator(random.Random(seed), coord.secret, _jobs(coord, batches), (), coord.admin_secret)

@@ -39,7 +39,7 @@ def _runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture
 def coordinator() -> Iterator[EmbeddedCoordinator]:
     """A real coordinator serving on 127.0.0.1:0 in a background thread; validated at teardown."""
-    coord = EmbeddedCoordinator().start()
+    coord = EmbeddedCoordinator(plaintext=True).start()
     try:
         yield coord
         coord.call(coord.server.state.validate)

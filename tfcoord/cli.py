@@ -888,11 +888,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
         # The embedded coordinator's per-event log would drown the job's own output.
         logging.getLogger("tfcoord.coordinator").setLevel(max(logging.WARNING, logging.getLogger().level))
-        if args.plaintext:
-            log.warning(
-                "the embedded coordinator serves PLAINTEXT (--plaintext): its nodes' traffic is unencrypted"
-            )
-        embedded = start_embedded(ephemeral_tls=not args.plaintext)
+        embedded = start_embedded(plaintext=args.plaintext)  # which logs a warning for plaintext
         cfg = ClientConfig(
             embedded.address,
             embedded.secret,
@@ -1018,10 +1014,6 @@ def _submit_mesos(args: argparse.Namespace) -> int:
         quiet = max(logging.WARNING, logging.getLogger().level)  # the job's timeline is printed instead
         logging.getLogger("tfcoord.coordinator").setLevel(quiet)
         logging.getLogger("tfcoord.mesos").setLevel(quiet)
-        if args.plaintext:
-            log.warning(
-                "the embedded coordinator serves PLAINTEXT (--plaintext): its tasks' traffic is unencrypted"
-            )
         embedded = mesos.start_coordinator(
             config, advertise_host=args.advertise_host, gpus=mjob.gpus, plaintext=args.plaintext
         )

@@ -54,7 +54,7 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def served() -> Iterator[tuple[EmbeddedCoordinator, str]]:
-    coord = EmbeddedCoordinator().start()
+    coord = EmbeddedCoordinator(plaintext=True).start()
     try:
         yield coord, f"http://127.0.0.1:{coord.start_http(TOKEN)}"
     finally:

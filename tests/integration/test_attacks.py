@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import ssl
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,7 +71,7 @@ def _closed_by_peer(sock: socket.socket, within_s: float) -> bool:
 def test_idle_http_connections_are_capped_and_timed_out_apart_from_the_node_port():
     """1,100 HTTP sockets that sent nothing took every descriptor: drivers failed and
     /healthz hung. Now HTTP has its own cap (503 beyond it) and a request deadline."""
-    with EmbeddedCoordinator() as coord:
+    with EmbeddedCoordinator(plaintext=True) as coord:
         port = coord.start_http(TOKEN, max_connections=8, keepalive_timeout_s=3.0)
         idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(7)]
         # A slow-loris request: headers begun, never finished.
@@ -160,7 +161,7 @@ def test_gpu_claims_of_one_job_do_not_block_another(served: Served):
 
 def test_waits_of_closed_connections_leave_the_timer_heap():
     owner_key = auth.new_owner_key()
-    with EmbeddedCoordinator() as coord:
+    with EmbeddedCoordinator(plaintext=True) as coord:
         with DriverClient(coord.address, coord.secret, owner_key=owner_key) as d:
             job = d.submit(JobSpec(roles=make_roles(1)))
         for _ in range(60):
@@ -302,6 +303,31 @@ def test_a_driver_sees_and_stops_only_its_own_jobs(served: Served):
 # -- 8 (the wire): the embedded coordinator speaks TLS by default -------------------------------
 
 
+def test_the_python_api_serves_tls_unless_told_plaintext_with_a_warning(caplog):
+    """start_embedded() and EmbeddedCoordinator() used to serve plaintext unless asked for TLS:
+    now TLS is the default everywhere, plaintext only by plaintext=True, logged as a warning."""
+    import logging
+
+    from tfcoord.client import TlsError
+    from tfcoord.coordinator.embedded import start_embedded
+
+    with caplog.at_level(logging.WARNING, logger="tfcoord.coordinator"):
+        with start_embedded() as coord:
+            assert coord.ca_pem is not None
+            with pytest.raises(TlsError, match="TLS"):
+                DriverClient(coord.address, coord.secret, challenge_timeout_s=1).connect()
+            with DriverClient(coord.address, coord.secret, ssl_context=coord.client_context()) as d:
+                assert d.jobs() == ()
+        assert "PLAINTEXT" not in caplog.text
+        with start_embedded(plaintext=True) as coord:
+            assert coord.ca_pem is None and coord.client_context() is None
+            with DriverClient(coord.address, coord.secret) as d:
+                assert d.jobs() == ()
+        assert "the embedded coordinator serves PLAINTEXT (plaintext=True" in caplog.text
+    with pytest.raises(ValueError, match="plaintext=True contradicts ssl_context"):
+        EmbeddedCoordinator(plaintext=True, ssl_context=ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
+
+
 def test_an_ephemeral_tls_coordinator_is_pinned_by_its_nodes_and_refuses_plaintext():
     """The default Spark path (an embedded coordinator on 0.0.0.0) could not use TLS, so
     anyone on the path could read and inject frames. Now it makes its own CA and
@@ -309,7 +335,7 @@ def test_an_ephemeral_tls_coordinator_is_pinned_by_its_nodes_and_refuses_plainte
     from tfcoord.client import TlsError, tls
     from tfcoord.node.tlsfiles import TlsFiles
 
-    with EmbeddedCoordinator(host="0.0.0.0", ephemeral_tls=True) as coord:
+    with EmbeddedCoordinator(host="0.0.0.0") as coord:
         assert coord.ca_pem is not None and "BEGIN CERTIFICATE" in coord.ca_pem
         pinned = TlsFiles(ca_pem=coord.ca_pem).context()
         with DriverClient(coord.address, coord.secret, ssl_context=pinned) as d:
@@ -321,7 +347,7 @@ def test_an_ephemeral_tls_coordinator_is_pinned_by_its_nodes_and_refuses_plainte
             DriverClient(coord.address, coord.secret, challenge_timeout_s=1).connect()
         # Another embedded coordinator's CA is not this one's: pinning means exactly this one.
         with (
-            EmbeddedCoordinator(ephemeral_tls=True) as other,
+            EmbeddedCoordinator() as other,
             pytest.raises(TlsError, match="does not trust"),
         ):
             DriverClient(

@@ -288,7 +288,7 @@ def test_stop_finds_an_embedded_coordinator_of_this_user_without_flags(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TFCOORD_")}
     env["TFCOORD_RUNTIME_DIR"] = str(run)
     root = Path(__file__).resolve().parents[2]
-    coord = EmbeddedCoordinator(host="0.0.0.0", ephemeral_tls=True, connection_dir=run).start()
+    coord = EmbeddedCoordinator(host="0.0.0.0", connection_dir=run).start()
     try:
         (path,) = run.iterdir()
         assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(run.stat().st_mode & 0o777) == "0o700"

@@ -144,7 +144,7 @@ def errors() -> Iterator[_Errors]:
 
 @pytest.fixture(scope="module")
 def fuzzed(errors: _Errors) -> Iterator[EmbeddedCoordinator]:
-    coord = EmbeddedCoordinator(**FUZZ_LIMITS).start()
+    coord = EmbeddedCoordinator(plaintext=True, **FUZZ_LIMITS).start()
     yield coord
     try:
         coord.call(coord.server.state.validate)

@@ -100,7 +100,7 @@ def metrics(base: str, token: bytes = TOKEN) -> dict[str, float]:
 
 @pytest.fixture
 def http_coord() -> Iterator[tuple[EmbeddedCoordinator, str]]:
-    coord = EmbeddedCoordinator().start()
+    coord = EmbeddedCoordinator(plaintext=True).start()
     try:
         port = coord.start_http(TOKEN)
         yield coord, f"http://127.0.0.1:{port}"
@@ -425,7 +425,7 @@ def test_metrics_follow_registrations_readiness_and_failures(http_coord):
 
 
 def test_two_coordinators_in_one_process_keep_their_own_metrics():
-    with EmbeddedCoordinator() as a, EmbeddedCoordinator() as b:
+    with EmbeddedCoordinator(plaintext=True) as a, EmbeddedCoordinator(plaintext=True) as b:
         base_a = f"http://127.0.0.1:{a.start_http(TOKEN)}"
         base_b = f"http://127.0.0.1:{b.start_http(TOKEN)}"
         with DriverClient(a.address, a.secret) as d:

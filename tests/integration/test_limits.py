@@ -33,7 +33,9 @@ TRICKLE_S = 0.05
 
 @pytest.fixture
 def coord() -> Iterator[EmbeddedCoordinator]:
-    c = EmbeddedCoordinator(handshake_timeout_s=HANDSHAKE_S, frame_timeout_s=FRAME_S, idle_timeout_s=IDLE_S)
+    c = EmbeddedCoordinator(
+        plaintext=True, handshake_timeout_s=HANDSHAKE_S, frame_timeout_s=FRAME_S, idle_timeout_s=IDLE_S
+    )
     c.start()
     try:
         yield c
@@ -185,7 +187,7 @@ def test_a_peer_that_does_not_read_its_replies_is_not_read_either(coord):
 
 def test_a_client_refused_for_the_connection_limit_backs_off_and_gets_in():
     """Before: the refusal was a protocol error, raised at once; a full coordinator is busy, not broken."""
-    with EmbeddedCoordinator(max_connections=1) as coord:
+    with EmbeddedCoordinator(plaintext=True, max_connections=1) as coord:
         held = Raw(coord.port).login(coord.secret, "driver")  # the one authenticated slot
         got_in: list[dict] = []
 
@@ -246,7 +248,7 @@ def test_idle_strangers_fill_their_own_budget_never_the_one_of_nodes_and_drivers
     Now strangers are held to their own budget, per source: a driver already connected
     keeps working, and a new one from another host gets in."""
     with EmbeddedCoordinator(
-        max_connections=4, max_unauthenticated=16, max_unauthenticated_per_source=8
+        plaintext=True, max_connections=4, max_unauthenticated=16, max_unauthenticated_per_source=8
     ) as coord:
         with DriverClient(coord.address, coord.secret) as before:
             idle = [Raw(coord.port, source="127.0.0.2") for _ in range(8)]
@@ -265,7 +267,9 @@ def test_idle_strangers_fill_their_own_budget_never_the_one_of_nodes_and_drivers
 
 
 def test_one_source_cannot_take_the_whole_unauthenticated_budget():
-    with EmbeddedCoordinator(max_unauthenticated=100, max_unauthenticated_per_source=3) as coord:
+    with EmbeddedCoordinator(
+        plaintext=True, max_unauthenticated=100, max_unauthenticated_per_source=3
+    ) as coord:
         idle = [Raw(coord.port) for _ in range(3)]
         err = _refusal(coord.port, "127.0.0.1")
         assert "connections from 127.0.0.1 are in their handshake" in err.message
@@ -314,7 +318,7 @@ def test_the_embedded_coordinator_checks_its_caps_against_the_descriptor_limit_l
         "with E() as c:\n"
         "    cfg = c.config.server\n"
         "    assert cfg.max_connections + cfg.max_unauthenticated + 256 + 64 <= 512, cfg\n"
-        "    with DriverClient(c.address, c.secret) as d: d.jobs()\n"
+        "    with DriverClient(c.address, c.secret, ssl_context=c.client_context()) as d: d.jobs()\n"
         "    print(cfg.max_connections, cfg.max_unauthenticated)\n",
     )
     assert out.returncode == 0, out.stderr

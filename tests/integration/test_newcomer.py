@@ -271,4 +271,4 @@ def test_submit_local_serves_tls_by_default_and_its_nodes_pin_the_embedded_ca():
     )
     assert plain.returncode == 0, plain.stderr
     assert "[worker:0] pinned none" in plain.stderr
-    assert "the embedded coordinator serves PLAINTEXT (--plaintext)" in plain.stderr
+    assert "the embedded coordinator serves PLAINTEXT (plaintext=True, --plaintext)" in plain.stderr

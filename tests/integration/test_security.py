@@ -214,7 +214,7 @@ def test_http_without_or_with_a_wrong_token_is_refused(pki, scheme):
     token = auth.new_secret()
     server_ctx = tls.server_context(pki.server.cert, pki.server.key) if scheme == "https" else None
     client_ctx = tls.client_context(pki.ca.cert) if scheme == "https" else None
-    with EmbeddedCoordinator(ssl_context=server_ctx) as coord:
+    with EmbeddedCoordinator(ssl_context=server_ctx, plaintext=server_ctx is None) as coord:
         base = f"{scheme}://127.0.0.1:{coord.start_http(token)}"
         status, body = _get(f"{base}/v1/jobs", ctx=client_ctx)
         assert (status, body["error"]) == (401, "unauthorized") and "no bearer token" in body["message"]

@@ -238,7 +238,7 @@ def test_requests_before_a_bad_frame_in_the_same_read_are_still_answered(coordin
 
 
 def test_a_reply_too_large_for_a_frame_is_refused_and_the_connection_carries_on():
-    with EmbeddedCoordinator(max_frame_bytes=64 * 1024) as coord, _driver(coord) as d:
+    with EmbeddedCoordinator(plaintext=True, max_frame_bytes=64 * 1024) as coord, _driver(coord) as d:
         big = d.submit(JobSpec(roles=make_roles(2000)))  # its status is a few hundred KiB
         small = d.submit(JobSpec(roles=make_roles(1)))
         with pytest.raises(RequestRejected) as info:
@@ -314,14 +314,14 @@ def test_a_node_runners_command_dies_with_the_runner(coordinator):
 
 
 def test_handshake_timeout_cuts_off_silent_clients():
-    with EmbeddedCoordinator(handshake_timeout_s=0.2) as coord:
+    with EmbeddedCoordinator(plaintext=True, handshake_timeout_s=0.2) as coord:
         sock, _ = _raw(coord)
         replies = _read_until_closed(sock)
         assert replies[0].code == "handshake_timeout"
 
 
 def test_max_connections_refuses_the_extra_one():
-    with EmbeddedCoordinator(max_connections=2) as coord:
+    with EmbeddedCoordinator(plaintext=True, max_connections=2) as coord:
         held = [Raw(coord.port).login(coord.secret, "driver") for _ in range(2)]
         extra = Raw(coord.port)  # the handshake has a budget of its own...
         extra.send(extra.hello(coord.secret, "driver"))

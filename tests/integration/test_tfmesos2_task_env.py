@@ -16,7 +16,7 @@ from tfcoord.coordinator.embedded import EmbeddedCoordinator
 
 @pytest.fixture
 def coord() -> Iterator[EmbeddedCoordinator]:
-    c = EmbeddedCoordinator(ephemeral_tls=True).start()
+    c = EmbeddedCoordinator().start()  # TLS with its own CA, the default
     try:
         yield c
     finally:

@@ -1,7 +1,8 @@
 """A coordinator inside the driver process: a background thread with its own event loop.
 
 Drivers use it when no coordinator address is configured, so nothing has to be
-started by hand: ``with start_embedded() as coord: ... coord.address, coord.secret``.
+started by hand: ``with start_embedded() as coord: ... coord.address, coord.secret,
+coord.client_context()`` (it serves TLS with a certificate of its own unless ``plaintext=True``).
 Its state lives in memory and ends with the driver. It runs the same
 :class:`~tfcoord.coordinator.service.CoordinatorService` as ``tfcoord serve``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -71,11 +73,13 @@ class EmbeddedCoordinator:
         advertise_host: the host nodes should dial, when it differs from ``host``.
         mesos: run a Mesos framework for jobs of engine "mesos" (torn down on stop). Its tasks
             fetch the node archive from an HTTP port started for them (plain HTTP under
-            ``ephemeral_tls``; see ``HttpConfig.plaintext``); :meth:`start_http` then returns
+            the default ephemeral certificate; see ``HttpConfig.plaintext``); :meth:`start_http` then returns
             it only for the same token, which is no one's, so start no other.
         mesos_gpus: advertise GPU_RESOURCES from the start (a job that wants GPUs is coming).
-        ephemeral_tls: serve TLS with a certificate made now, for this coordinator only (see
-            ``coordinator.ephemeral``); its CA is :attr:`ca_pem`.
+        plaintext: serve without TLS, logged as a warning. By default the coordinator
+            serves TLS with a certificate made now, for this coordinator only (see
+            ``coordinator.ephemeral``); its CA is :attr:`ca_pem`, and its clients pin it
+            (:meth:`client_context`). An ``ssl_context`` option serves that context instead.
         connection_dir: write a connection file there once serving (this user's alone,
             see :mod:`tfcoord.client.connfile`), removed on stop, so ``tfcoord stop`` in
             another shell finds this coordinator; a directory that is not safe is logged
@@ -97,7 +101,7 @@ class EmbeddedCoordinator:
         mesos: MesosConfig | None = None,
         mesos_gpus: bool = False,
         admin_secret: bytes | None = None,
-        ephemeral_tls: bool = False,
+        plaintext: bool = False,
         connection_dir: Path | None = None,
         **options: Any,
     ) -> None:
@@ -105,12 +109,18 @@ class EmbeddedCoordinator:
         self._connection_dir = connection_dir
         #: The connection file written for this coordinator, while it serves.
         self.connection_file: Path | None = None
-        #: With ``ephemeral_tls``, the PEM of the coordinator's own CA: what its clients pin
-        #: (``tls.client_context(ca_pem=...)``, ``TlsFiles(ca_pem=...)``).
+        #: With the default ephemeral TLS, the PEM of the coordinator's own CA: what its clients
+        #: pin (:meth:`client_context`, ``TlsFiles(ca_pem=...)``).
         self.ca_pem: str | None = None
-        if ephemeral_tls:
-            if options.get("ssl_context") is not None:
-                raise ValueError("ephemeral_tls makes its own certificate; do not also pass ssl_context")
+        if plaintext and options.get("ssl_context") is not None:
+            raise ValueError("plaintext=True contradicts ssl_context: pass one or the other")
+        if plaintext:
+            log.warning(
+                "the embedded coordinator serves PLAINTEXT (plaintext=True, --plaintext): anyone on the "
+                "network between the driver and its nodes can read cluster specs and tracebacks and "
+                "inject requests"
+            )
+        elif options.get("ssl_context") is None:
             import socket
 
             from .ephemeral import ephemeral_tls as make_tls
@@ -146,7 +156,11 @@ class EmbeddedCoordinator:
                 else None
             )
             http = HttpConfig(
-                token=auth.new_secret(), host=host, port=0, archive_auth=auth_pair, plaintext=ephemeral_tls
+                token=auth.new_secret(),
+                host=host,
+                port=0,
+                archive_auth=auth_pair,
+                plaintext=self.ca_pem is not None,
             )
         self.config = ServiceConfig(
             server=ServerConfig(
@@ -159,6 +173,20 @@ class EmbeddedCoordinator:
         self.service = CoordinatorService(self.config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+
+    def client_context(self) -> ssl.SSLContext | None:
+        """What a client of this coordinator passes as ``ssl_context``: its own CA pinned; None
+        when it serves plaintext (``plaintext=True``).
+
+        Raises:
+            ValueError: it serves a TLS context the caller gave (``ssl_context=``), whose CA
+                only the caller knows.
+        """
+        if self.ca_pem is not None:
+            return tls.client_context(ca_pem=self.ca_pem)
+        if self.config.server.ssl_context is not None:
+            raise ValueError("this coordinator serves the ssl_context it was given: trust that context's CA")
+        return None
 
     @property
     def server(self) -> CoordinatorServer:
@@ -275,5 +303,6 @@ class EmbeddedCoordinator:
 
 
 def start_embedded(**kw) -> EmbeddedCoordinator:
-    """Start an in-process coordinator on a free port; returns it running."""
+    """Start an in-process coordinator on a free port; returns it running. It serves TLS (its
+    clients pass ``ssl_context=coord.client_context()``) unless ``plaintext=True``."""
     return EmbeddedCoordinator(**kw).start()

@@ -111,7 +111,7 @@ class HttpConfig:
     #: coordinator secret (:func:`archive_password`).
     archive_auth: tuple[str, str] | None = None
     #: Serve plain HTTP even though the coordinator serves TLS: for an embedded coordinator
-    #: whose certificate is its own (``ephemeral_tls``), which no Mesos fetcher can verify.
+    #: whose certificate is its own (its default ephemeral TLS), which no Mesos fetcher can verify.
     #: Only the public routes and the node archive (digest-checked by every task) are of any
     #: use then: give no one the bearer token.
     plaintext: bool = False

@@ -68,7 +68,7 @@ def _coordinator(
 ):
     """(address, secret, TLS files or None, embedded-or-None) for this run.
 
-    An embedded coordinator serves TLS with a certificate of its own (``ephemeral_tls``),
+    An embedded coordinator serves TLS with a certificate of its own (its default),
     whose CA its nodes pin through the job (``TlsFiles.ca_pem``): executors dial it across
     the cluster's network, where anyone on the path could otherwise read cluster specs and
     tracebacks or inject frames. ``plaintext`` opts out, with a warning.
@@ -100,18 +100,13 @@ def _coordinator(
     port = os.environ.get("TFOS_SERVER_PORT", "").strip()
     if port and not port.isdigit():
         raise ValueError(f"TFOS_SERVER_PORT must be a port number, not {port!r}")
-    if plaintext:
-        log.warning(
-            "the embedded coordinator serves PLAINTEXT (plaintext=True): anyone on the network between "
-            "the driver and the executors can read cluster specs and tracebacks and inject requests"
-        )
     from tfcoord.client import connfile
 
     embedded = start_embedded(
         host="0.0.0.0",
         advertise_host=host,
         port=int(port or 0),
-        ephemeral_tls=not plaintext,
+        plaintext=plaintext,  # logged as a warning there
         # Another shell of this user stops a streaming job with `tfcoord stop JOB` or
         # TensorFlowOnSpark's utils/stop_streaming.py HOST PORT, without flags.
         connection_dir=connfile.runtime_dir(os.environ),

@@ -56,9 +56,9 @@ def start_coordinator(
 ) -> EmbeddedCoordinator:
     """An embedded coordinator running the Mesos framework, subscribed when this returns.
 
-    It serves TLS with a certificate of its own (``ephemeral_tls``); its tasks pin the CA
+    It serves TLS with a certificate of its own (the embedded coordinator's default); its tasks pin the CA
     (``TFCOORD_TLS_CA_PEM`` in their environment) and so must the driver
-    (:func:`driver_tls`). ``plaintext`` opts out, with a warning.
+    (:func:`driver_tls`). ``plaintext`` opts out (logged as a warning).
 
     Raises:
         MesosError: the framework could not subscribe (credentials, TLS, no master).
@@ -69,7 +69,7 @@ def start_coordinator(
         advertise_host=advertise_host or default_advertise_host(),
         mesos=config,
         mesos_gpus=gpus,
-        ephemeral_tls=not plaintext,
+        plaintext=plaintext,
     ).start()
 
 
