@@ -117,7 +117,7 @@ def run_tfcoord(master: str) -> dict[str, Any]:
     t0_wall, t0 = time.time(), time.monotonic()
     coord = mesos.start_coordinator(config, advertise_host="127.0.0.1")
     try:
-        with DriverClient(coord.address, coord.secret) as driver:
+        with DriverClient(coord.address, coord.secret, ssl_context=mesos.driver_tls(coord)) as driver:
             jid = driver.submit(job.to_spec(name="bench", reservation_timeout_s=RUN_TIMEOUT_S))
             status = mesos.wait_running(driver, jid, timeout_s=RUN_TIMEOUT_S)
             serving = time.monotonic() - t0
