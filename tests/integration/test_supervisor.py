@@ -249,13 +249,14 @@ def test_ctx_report_reaches_status_and_the_series_and_a_command_reports_too(coor
         job = d.submit(js := JobSpec(roles=make_roles(1), reservation_timeout_s=30))
         spec = _spec(coordinator, d, job, js, _reports, {"go": str(go)})
         node = start_node(dataclasses.replace(spec, report_interval_s=0.1), 0)
-        st = d.watch(job, 0, WAIT_S)
-        # Figures do not bump the job's version (they are not a state change): poll status.
+        # Figures change no version (they are no state change): a watch with the status's
+        # report count is answered by the next report too.
         deadline = time.monotonic() + WAIT_S
-        while st["nodes"][0].get("figures", {}).get("step") != 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-            st = d.status(job)
-        assert st["nodes"][0]["figures"] == {"step": 5, "loss": 0.2}
+        st = d.status(job)
+        while not (st.nodes and st.nodes[0].figures.get("step") == 5):
+            assert time.monotonic() < deadline, f"figures at the deadline: {st.nodes and st.nodes[0].figures}"
+            st = d.watch(job, st.version, deadline - time.monotonic(), reports=st.reports)
+        assert st.nodes[0].figures == {"step": 5, "loss": 0.2}
         go.write_text("go")
         assert node.wait(WAIT_S).state == SUCCEEDED
     points = coordinator.call(lambda: coordinator.server.state.series(job))["nodes"][0]["points"]
@@ -273,6 +274,26 @@ def test_ctx_report_reaches_status_and_the_series_and_a_command_reports_too(coor
         assert sup.run().state == SUCCEEDED  # the last figures are sent as the node ends, not 5 s later
         status = d.await_job(job, WAIT_S)
     assert status["nodes"][0]["figures"] == {"step": 7, "examples_per_s": 125.5}
+
+
+def test_the_supervisor_reports_its_works_cpu_and_memory_while_it_runs(coordinator, tmp_path: Path):
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    code = f"held = bytearray(48 << 20)\nfor i in range(0, len(held), 4096): held[i] = 1\nopen({str(go)!r}).read()\n"
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        sup = NodeSupervisor(_config(coordinator, d, job, 0, report_interval_s=0.1), _python(code)).start()
+        deadline = time.monotonic() + WAIT_S
+        st = d.status(job)
+        # Woken by each usage report (no version changes): until the work's memory shows.
+        while not (st.nodes and st.nodes[0].usage.get("rss_bytes", 0) >= 48 << 20):
+            assert time.monotonic() < deadline, f"usage at the deadline: {st.nodes and st.nodes[0].usage}"
+            st = d.watch(job, st.version, deadline - time.monotonic(), reports=st.reports)
+        usage = st.nodes[0].usage
+        assert usage["processes"] >= 1 and st.nodes[0].figures == {}  # usage is not the work's figures
+        go.write_text("go")
+        assert sup.wait(WAIT_S).state == SUCCEEDED
+        assert d.await_job(job, WAIT_S).nodes[0].usage == {}  # an ended node uses nothing
 
 
 def _prints(args, ctx):

@@ -148,13 +148,16 @@ class Harness:
         timeout_s: float = 600.0,
         *,
         brief: bool = False,
+        reports: int = -1,
         now: float | None = None,
     ) -> Call:
         return self._call(
             DRIVER,
             lambda w: s.AwaitJobEvent(
                 now=self._at(now),
-                req=m.WatchJob(id=w[1], job=job, version=version, timeout_s=timeout_s, brief=brief),
+                req=m.WatchJob(
+                    id=w[1], job=job, version=version, timeout_s=timeout_s, brief=brief, reports=reports
+                ),
                 waiter=w,
             ),
         )
@@ -1173,6 +1176,7 @@ STATUS_KEYS = {
     "events",
     "events_dropped",
     "cluster",
+    "reports",
 }
 NODE_KEYS = {
     "executor_id",
@@ -1191,6 +1195,7 @@ NODE_KEYS = {
     "error",
     "connected",
     "figures",
+    "usage",
 }
 SUMMARY_KEYS = {"job", "name", "engine", "state", "size", "registered", "submitted_at", "ended_at", "error"}
 
@@ -1244,6 +1249,7 @@ def test_status_and_summary_shapes(h: Harness) -> None:
         "error": "",
         "connected": True,
         "figures": {},
+        "usage": {},
     }
     assert json.loads(json.dumps(st)) == st  # JSON-able as it is
     assert h.status_call("j").result == st
@@ -2013,6 +2019,35 @@ def test_progress_shows_in_status_and_series_and_is_not_journaled(h: Harness) ->
     assert h.state.series("j", since=T0)["nodes"][0]["points"] == [[T0 + 1, {"step": 2, "loss": 0.25}]]
 
 
+def test_usage_shows_apart_from_the_figures_while_the_node_runs(h: Harness) -> None:
+    h.run()
+    before = len(h.journal)
+    h.progress(0, figures={"step": 3})
+    h.progress(0, figures={}, usage={"cpu_percent": 87.5, "rss_bytes": 2**30}, now=T0 + 1)
+    assert len(h.journal) == before
+    node = h.state.status("j")["nodes"][0]
+    assert node["figures"] == {"step": 3}  # usage neither replaces nor joins the work's figures
+    assert node["usage"] == {"cpu_percent": 87.5, "rss_bytes": 2**30}
+    assert [f for _, f in h.state.series("j")["nodes"][0]["points"]] == [{"step": 3}]
+    h.report(0, "succeeded")
+    assert h.state.status("j")["nodes"][0]["usage"] == {}  # an ended node uses nothing
+
+
+def test_a_watch_with_reports_is_answered_by_progress(h: Harness) -> None:
+    h.run()
+    st = h.state.status("j")
+    plain = h.watch(st["version"])
+    counted = h.watch(st["version"], reports=st["reports"])
+    assert plain.pending and counted.pending
+    h.progress(1, figures={"loss": 0.5})
+    assert plain.pending  # a watch for changes only is not woken by figures
+    assert counted.result["nodes"][1]["figures"] == {"loss": 0.5}
+    assert counted.result["reports"] == st["reports"] + 1
+    # Reports already past the count answer at once.
+    assert h.watch(st["version"], reports=st["reports"]).result["reports"] == st["reports"] + 1
+    assert h.watch(st["version"], reports=st["reports"] + 1).pending
+
+
 def test_progress_from_a_superseded_attempt_is_refused(h: Harness) -> None:
     h.run()
     assert h.progress(0, attempt=3, figures={"step": 1}).error.code == "not_registered"
@@ -2057,6 +2092,13 @@ def test_progress_figures_are_checked_on_the_wire() -> None:
     ):
         with pytest.raises(m.RemoteProtocolError):
             m.decode({"op": "progress", **ids, "figures": bad})
+    with pytest.raises(m.RemoteProtocolError, match="no figures and no usage"):
+        m.decode({"op": "progress", **ids, "figures": {}, "usage": {}})
+    with pytest.raises(m.RemoteProtocolError):
+        m.decode({"op": "progress", **ids, "figures": {}, "usage": {f"u{i}": i for i in range(9)}})
+    assert m.decode({"op": "progress", **ids, "figures": {}, "usage": {"rss_bytes": 5}}).usage == {
+        "rss_bytes": 5
+    }
     assert m.decode({"op": "progress", **ids, "figures": {"loss": 0.5, "step": 3}}).figures == {
         "loss": 0.5,
         "step": 3,

@@ -608,15 +608,22 @@ class DriverClient(Client):
         """Every job this client may see."""
         return self.status(None).jobs
 
-    def watch(self, job: str, version: int, timeout_s: float, *, brief: bool = False) -> JobStatus:
+    def watch(
+        self, job: str, version: int, timeout_s: float, *, brief: bool = False, reports: int = -1
+    ) -> JobStatus:
         """Block until the job changes past ``version`` (or the timeout); returns its status.
 
         With ``brief``, its summary: no nodes, history or timeline, ``running`` and
         ``missing_count`` as numbers, the first missing slots only (progress lines need no
         more, and a 10,000-node job's full status is megabytes).
+
+        With ``reports`` (a status's ``reports``), a node's progress figures or usage
+        reported after that status answer too: they change no ``version``.
         """
         reply = self.request(
-            lambda i: m.WatchJob(id=i, job=job, version=version, timeout_s=timeout_s, brief=brief),
+            lambda i: m.WatchJob(
+                id=i, job=job, version=version, timeout_s=timeout_s, brief=brief, reports=reports
+            ),
             timeout_s + REPLY_SLACK_S,
         )
         return JobStatus.decode(_result(reply))
@@ -792,9 +799,14 @@ class NodeClient(Client):
             lambda i: m.NodeLogs(id=i, stream=stream, lines=tuple(lines), dropped=dropped, **self._ids())
         )
 
-    def progress(self, figures: Mapping[str, int | float]) -> None:
-        """Send what the node's work reported (step, loss, ...); see ``tfcoord.node.reporting``."""
-        self.request(lambda i: m.Progress(id=i, figures=dict(figures), **self._ids()))
+    def progress(
+        self, figures: Mapping[str, int | float], usage: Mapping[str, int | float] | None = None
+    ) -> None:
+        """Send what the node's work reported (step, loss, ...) and what its supervisor
+        measured of it (``usage``: CPU, memory); see ``tfcoord.node.reporting``."""
+        self.request(
+            lambda i: m.Progress(id=i, figures=dict(figures), usage=dict(usage or {}), **self._ids())
+        )
 
     def heartbeat(self, meta: Mapping[str, Any] | None = None) -> StopAnswer:
         """One heartbeat (optionally updating the node's metadata); says whether to stop."""

@@ -43,8 +43,11 @@ MAX_NODES_PER_JOB = 100_000
 MAX_GPUS_PER_NODE = 64
 #: Metadata entries per node (TensorBoard URL, pid, Spark task attempt, ...).
 MAX_META_ENTRIES = 32
-#: Figures one progress report carries (step, loss, examples/s, cpu, rss, ...).
+#: Figures one progress report carries (step, loss, examples/s, ...).
 MAX_FIGURES = 16
+#: Resource figures one progress report carries: what the node measured of its own work
+#: (``cpu_percent``, ``rss_bytes``, ``processes``), a few, never the user's.
+MAX_USAGE = 8
 #: A figure's name: short, plain (it becomes a chart's label and a JSON key).
 FIGURE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,31}")
 #: Log lines one message carries, and how long each may be (the node cuts longer ones).
@@ -221,9 +224,9 @@ def _meta(v: Any) -> None:
             _meta_text(x)
 
 
-def _figures(v: Any) -> None:
-    if not isinstance(v, Mapping) or not 0 < len(v) <= MAX_FIGURES:
-        raise ValueError(f"must be a map of 1 to {MAX_FIGURES} named numbers")
+def _figures(v: Any, most: int = MAX_FIGURES) -> None:
+    if not isinstance(v, Mapping) or not 0 <= len(v) <= most:
+        raise ValueError(f"must be a map of at most {most} named numbers")
     for k, x in v.items():
         if not isinstance(k, str) or not FIGURE_RE.fullmatch(k):
             raise ValueError(f"name {k!r} must be a letter then up to 31 letters, digits, '_' or '.'")
@@ -233,6 +236,10 @@ def _figures(v: Any) -> None:
             raise ValueError(f"{k} must be a finite number, not {x}")
         if isinstance(x, int) and not -(2**63) <= x < 2**63:
             raise ValueError(f"{k} is out of the 64-bit range")
+
+
+def _usage(v: Any) -> None:
+    _figures(v, MAX_USAGE)
 
 
 def _log_lines(v: Any) -> None:
@@ -688,6 +695,9 @@ class AwaitJob(Request):
 class WatchJob(Request):
     """Answered as soon as the job's version is above ``version`` (any change), or at the deadline.
 
+    With ``reports``, also as soon as a node reported progress figures or usage after the
+    status that counted ``reports`` of them (a dashboard's chart, a test awaiting a figure).
+
     With ``brief`` the answer is the job's summary (counts, the first missing slots) rather
     than its full status: what progress lines need, at a size that does not grow with the job.
     """
@@ -697,6 +707,9 @@ class WatchJob(Request):
     version: int = _f(_int(0, 2**62))
     timeout_s: float = _f(_seconds())
     brief: bool = _f(_bool, default=False)
+    #: With a status's ``reports`` count (0 or more), progress reports after it answer too:
+    #: figures and usage change status without changing ``version``. -1: changes only.
+    reports: int = _f(_int(-1, 2**62), default=-1)
 
 
 @dataclass(frozen=True)
@@ -799,6 +812,14 @@ class Progress(NodeRequest):
 
     op: ClassVar[str] = "progress"
     figures: Mapping[str, int | float] = _f(_figures)
+    #: What the node's supervisor measured of its work (``cpu_percent``, ``rss_bytes``, ...),
+    #: kept apart from the work's own figures; a report carries figures, usage or both.
+    usage: Mapping[str, int | float] = _f(_usage, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.figures and not self.usage:
+            raise LocalProtocolError("progress carries no figures and no usage: send at least one number")
 
 
 @dataclass(frozen=True)

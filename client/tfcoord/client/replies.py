@@ -114,6 +114,13 @@ class NodeStatus(_Decoded):
         return dict(f) if isinstance(f, Mapping) else {}
 
     @property
+    def usage(self) -> dict[str, int | float]:
+        """What its supervisor last measured of its work while it ran: ``cpu_percent``
+        (100 is one core), ``rss_bytes``, ``processes``; empty before the first and once it ended."""
+        u = self.wire.get("usage")
+        return dict(u) if isinstance(u, Mapping) else {}
+
+    @property
     def tensorboard_url(self) -> str | None:
         url = self.meta.get(TENSORBOARD_META)
         return str(url) if url else None
@@ -154,6 +161,8 @@ class JobStatus(_Decoded):
     state: JobState
     #: Bumped on every change a watcher could see.
     version: int
+    #: Progress reports (figures, usage) taken so far: they change status, not ``version``.
+    reports: int
     size: int
     submitted_at: float
     ended_at: float | None
@@ -203,6 +212,7 @@ class JobStatus(_Decoded):
             engine=str(w["engine"]),
             state=JobState(w["state"]),
             version=int(w["version"]),
+            reports=int(w.get("reports", 0)),
             size=int(w["size"]),
             submitted_at=float(w["submitted_at"]),
             ended_at=_opt_float(w["ended_at"]),

@@ -27,7 +27,9 @@ FOREVER_S = MAX_TIMEOUT_S
 class Watchable(Protocol):
     """What :func:`watch_until` needs of a client (``DriverClient`` has it)."""
 
-    def watch(self, job: str, version: int, timeout_s: float, *, brief: bool = False) -> JobStatus: ...
+    def watch(
+        self, job: str, version: int, timeout_s: float, *, brief: bool = False, reports: int = -1
+    ) -> JobStatus: ...
 
 
 def ended(status: JobStatus) -> bool:

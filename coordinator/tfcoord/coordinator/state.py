@@ -460,6 +460,8 @@ class Job:
     series: dict[int, deque[tuple[float, dict[str, int | float]]]] = field(default_factory=dict)
     #: Per executor id: its latest figures (shown in status).
     figures: dict[int, dict[str, int | float]] = field(default_factory=dict)
+    #: Per executor id: what its supervisor last measured of its work (CPU, memory), in status.
+    usage: dict[int, dict[str, int | float]] = field(default_factory=dict)
     #: Progress reports taken: they change status without bumping ``version`` (which would
     #: wake every watcher once a second per node), so caches of status key on both.
     reports: int = 0
@@ -511,6 +513,8 @@ class _Wait:
     attempt: int = -1
     version: int = 0
     brief: bool = False
+    #: A watch that progress reports answer too: the job's ``reports`` it has seen; -1: none.
+    reports: int = -1
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -612,6 +616,8 @@ class CoordinatorState:
             "engine": job.spec.engine,
             "state": job.state.value,
             "version": job.version,
+            # Progress reports taken so far (a watch with ``reports`` waits for more).
+            "reports": job.reports,
             "size": job.spec.size,
             "roles": [[r, c] for r, c in job.spec.roles],
             "labels": dict(job.spec.labels),
@@ -624,7 +630,12 @@ class CoordinatorState:
             "registered": job.filled,
             "missing": [self._describe_missing(job, s) for s in job.missing()],
             "nodes": [
-                {**n.snapshot(), "figures": dict(job.figures.get(n.executor_id, {}))} for n in job.nodes()
+                {
+                    **n.snapshot(),
+                    "figures": dict(job.figures.get(n.executor_id, {})),
+                    "usage": dict(job.usage.get(n.executor_id, {})) if n.live else {},
+                }
+                for n in job.nodes()
             ],
             # Earlier attempts without their metadata: what they showed is of no use now,
             # and it is most of a node's size.
@@ -1107,7 +1118,11 @@ class CoordinatorState:
 
     def _wake_watchers(self, job: Job) -> None:
         wake = self._job_waits(job.id, "job") if job.terminal else []
-        wake += [w for w in self._job_waits(job.id, "watch") if job.version > self._waits[w].version]
+        wake += [
+            w
+            for w in self._job_waits(job.id, "watch")
+            if job.version > self._waits[w].version or 0 <= self._waits[w].reports < job.reports
+        ]
         answers: dict[bool, dict[str, Any]] = {}  # each form built once, however many wait
         for w in wake:
             wait = self._pop_wait(w)
@@ -1590,7 +1605,10 @@ class CoordinatorState:
             )
             return
         # A finished job's series are thinned and final: late figures are answered, not kept.
-        if not job.terminal:
+        if not job.terminal and r.usage:
+            job.usage[r.executor_id] = dict(r.usage)
+            job.reports += 1
+        if not job.terminal and r.figures:
             figures = dict(r.figures)
             job.figures[r.executor_id] = figures
             job.reports += 1
@@ -1599,6 +1617,8 @@ class CoordinatorState:
                 cap = max(8, min(SERIES_POINTS_PER_NODE, SERIES_POINTS_PER_JOB // job.spec.size))
                 points = job.series[r.executor_id] = deque(maxlen=cap)
             points.append((ev.now, figures))
+        if not job.terminal and (r.usage or r.figures):
+            self._wake_watchers(job)
         self._reply(ev.waiter)
 
     def series(self, job_id: str, executor_id: int | None = None, since: float = 0.0) -> dict[str, Any]:
@@ -1746,11 +1766,19 @@ class CoordinatorState:
         if job is None:
             return
         if isinstance(r, m.WatchJob):
-            if job.version > r.version or job.terminal:
+            if job.version > r.version or job.terminal or 0 <= r.reports < job.reports:
                 self._reply(ev.waiter, **(self.brief(job.id) if r.brief else self.status(job.id)))
             else:
                 self._add_wait(
-                    ev.waiter, _Wait("watch", job.id, ev.now + r.timeout_s, version=r.version, brief=r.brief)
+                    ev.waiter,
+                    _Wait(
+                        "watch",
+                        job.id,
+                        ev.now + r.timeout_s,
+                        version=r.version,
+                        brief=r.brief,
+                        reports=r.reports,
+                    ),
                 )
         elif job.terminal:
             self._reply(ev.waiter, **self.status(job.id))

@@ -9,6 +9,10 @@ full or the last write was under ``MIN_WRITE_INTERVAL_S`` ago, and never raises 
 a supervisor (outside a node it does nothing).
 
 A command reports the same way: ``from tfcoord.node.reporting import report``.
+
+Beside the work's figures the supervisor sends what it measured of the work's processes
+(CPU, resident memory; see :mod:`tfcoord.node.usage`) every ``usage_interval_s``, as the
+report's ``usage``: the dashboard's CPU and memory per node.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from collections.abc import Callable, Mapping
 from tfcoord.client import LocalProtocolError
 from tfcoord.client import messages as m
 
+from .usage import ProcessUsage
+
 log = logging.getLogger("tfcoord.node")
 
 #: Where the work finds the pipe's write end.
@@ -33,6 +39,9 @@ REPORT_FD_ENV = "TFCOORD_REPORT_FD"
 MIN_WRITE_INTERVAL_S = 0.05
 #: A report line longer than this is not ours (or is abuse): it is skipped.
 MAX_LINE = 4096
+#: The work's CPU and memory are measured and sent this often: a dashboard's figure, not a
+#: profiler's; at a heartbeat's cost, less often than heartbeats.
+USAGE_INTERVAL_S = 5.0
 
 Figures = dict[str, int | float]
 
@@ -90,11 +99,23 @@ def report(**figures: int | float) -> bool:
 
 
 class ReportPipe:
-    """The supervisor's end: reads the work's reports, sends the latest one per interval."""
+    """The supervisor's end: reads the work's reports, sends the latest one per interval,
+    and (once :meth:`measure` names the work's process) its CPU and memory use.
 
-    def __init__(self, send: Callable[[Figures], None], interval_s: float = 1.0) -> None:
+    ``send(figures, usage)`` gets either or both non-empty.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[Figures, Figures], None],
+        interval_s: float = 1.0,
+        usage_interval_s: float = USAGE_INTERVAL_S,
+    ) -> None:
         self._send = send
         self._interval_s = interval_s
+        self._usage_interval_s = usage_interval_s
+        self._usage: ProcessUsage | None = None
+        self._usage_due = 0.0
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.write_fd, False)  # the work never blocks on a report
         self._latest: Figures | None = None
@@ -106,6 +127,10 @@ class ReportPipe:
 
     def env(self) -> dict[str, str]:
         return {REPORT_FD_ENV: str(self.write_fd)}
+
+    def measure(self, pid: int) -> None:
+        """Measure process ``pid`` and its descendants (the work) from now on."""
+        self._usage = ProcessUsage(pid)
 
     def start(self) -> None:
         """Call once the work has its copy of the write end; ours is closed here."""
@@ -147,9 +172,14 @@ class ReportPipe:
             ended = self._stop.wait(self._interval_s)
             with self._lock:
                 figures, self._latest = self._latest, None
-            if figures:
+            usage: Figures = {}
+            now = time.monotonic()
+            if self._usage is not None and not ended and now >= self._usage_due:
+                self._usage_due = now + self._usage_interval_s
+                usage = self._usage.sample()
+            if figures or usage:
                 try:
-                    self._send(figures)
+                    self._send(figures or {}, usage)
                 except Exception as e:  # the coordinator is away: the next report may reach it
                     log.debug("progress report not sent: %s", e)
             if ended:

@@ -393,6 +393,7 @@ class NodeSupervisor:
                 )
                 pid = self.child.launch(launch)
                 self._launched = True
+            reports.measure(pid)
             reports.start()
             output.start()
             return self._watch(client, port, info, pid, reports, output)
