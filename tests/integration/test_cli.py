@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -324,3 +325,65 @@ def test_stop_finds_an_embedded_coordinator_of_this_user_without_flags(tmp_path)
     gone = subprocess.run([*TFCOORD, "stop", "job-x"], capture_output=True, text=True, timeout=60, env=env)
     assert gone.returncode == 2 and "no coordinator address" in gone.stderr and str(run) in gone.stderr
     assert "Traceback" not in gone.stderr
+
+
+def _lines_until(stream, want: set[str]) -> list[str]:
+    """Read ``stream`` line by line until every line of ``want`` came (or it ended)."""
+    got: list[str] = []
+    while not want <= set(got):
+        line = stream.readline()
+        if not line:
+            break
+        got.append(line.rstrip("\n"))
+    return got
+
+
+def test_logs_follow_prints_a_running_jobs_lines_as_they_come_and_ends_with_the_job(served, tmp_path):
+    """Each node prints a line, then waits on its own FIFO (the test's go), prints another
+    and ends: ``logs --follow`` shows the first lines while the job runs, the second ones
+    once they are printed, and exits 0 when the job ends. Every wait is a blocking read."""
+    for i in range(2):
+        os.mkfifo(tmp_path / f"go-{i}")
+    code = (
+        "import os\n"
+        "i = os.environ['TFCOORD_TASK_INDEX']\n"
+        "print('before', i, flush=True)\n"
+        f"open({str(tmp_path)!r} + '/go-' + i).read()\n"
+        "print('after', i, flush=True)\n"
+    )
+    submit = subprocess.Popen(
+        [*TFCOORD, "submit", "--engine", "local", "--workers", "2", "--", sys.executable, "-c", code],
+        env=served.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    follow = None
+    try:
+        job = None
+        while job is None:  # its first line says "job J submitted: ..."
+            line = submit.stderr.readline()
+            assert line, "tfcoord submit ended before it submitted"
+            job = re.search(r"job (\S+) submitted", line)
+        follow = subprocess.Popen(
+            [*TFCOORD, "logs", job[1], "--follow"], env=served.env, stdout=subprocess.PIPE, text=True
+        )
+        early = _lines_until(follow.stdout, {"worker:0 | before 0", "worker:1 | before 1"})
+        assert sorted(early) == ["worker:0 | before 0", "worker:1 | before 1"]
+        assert follow.poll() is None  # still following: the job runs
+        for i in range(2):
+            (tmp_path / f"go-{i}").write_text("go")
+        late = follow.stdout.read().splitlines()  # to its end: it exits once the job has ended
+        assert sorted(late) == ["worker:0 | after 0", "worker:1 | after 1"]
+        assert follow.wait(30) == 0
+        submit.stderr.read()
+        assert submit.wait(60) == 0
+    finally:
+        for p in (submit, follow):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+            if p is not None:
+                for f in (p.stdout, p.stderr):
+                    if f is not None:
+                        f.close()
