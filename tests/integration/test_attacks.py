@@ -353,3 +353,32 @@ def test_an_ephemeral_tls_coordinator_is_pinned_by_its_nodes_and_refuses_plainte
             DriverClient(
                 coord.address, coord.secret, ssl_context=tls.client_context(ca_pem=other.ca_pem)
             ).connect()
+
+
+def test_sockets_that_never_start_tls_are_counted_in_the_handshake_budgets():
+    """Attacks 1 and 6 against a TLS coordinator (the default now): asyncio's
+    create_server(ssl=...) ran each TLS handshake before the coordinator saw the connection,
+    so idle TCP sockets that never sent a ClientHello sat outside every cap until the
+    handshake timeout. Now a connection is counted when it is accepted and TLS starts after."""
+    with EmbeddedCoordinator(max_unauthenticated=8, max_unauthenticated_per_source=2) as coord:
+        assert coord.ca_pem is not None
+        host, port = coord.address.rsplit(":", 1)
+        counted = lambda: coord.call(lambda: coord.server.unauthenticated_from.get("127.0.0.2", 0))  # noqa: E731
+        idle = [
+            socket.create_connection((host, int(port)), source_address=("127.0.0.2", 0)) for _ in range(2)
+        ]
+        try:
+            wait_until(lambda: counted() == 2)
+            # A third from that source is closed at once, before any TLS: not held for 10 s.
+            third = socket.create_connection((host, int(port)), source_address=("127.0.0.2", 0))
+            assert _closed_by_peer(third, within_s=5)
+            third.close()
+            assert counted() == 2
+            # Another source's driver still completes TLS and its handshake.
+            with DriverClient(coord.address, coord.secret, ssl_context=coord.client_context()) as d:
+                assert d.jobs() == ()
+        finally:
+            for sock in idle:
+                sock.close()
+        wait_until(lambda: counted() == 0)  # closed before TLS: uncounted
+        assert coord.call(lambda: coord.server.unauthenticated) == 0

@@ -258,6 +258,7 @@ class _Peer(asyncio.Protocol):
         "_frame_started",
         "_loop",
         "_stalled",
+        "_tls_pending",
         "_unauth",
         "_watchdog",
         "_watchdog_at",
@@ -309,6 +310,9 @@ class _Peer(asyncio.Protocol):
         #: meanwhile; later frames stay in ``proto``'s buffer, behind it).
         self._stalled: m.Message | None = None
         self._write_paused = False
+        #: Accepted in plaintext and counted, its TLS handshake not yet done: nothing may be
+        #: written to it (a plaintext frame would be garbage to a TLS peer).
+        self._tls_pending = False
 
     # asyncio callbacks
 
@@ -337,10 +341,48 @@ class _Peer(asyncio.Protocol):
             return
         self._count_unauth(+1)
         srv.peers[self.id] = self
+        self._connected_at = self.idle_since = now = self._loop.time()
+        self.arm(now + cfg.handshake_timeout_s)
+        if cfg.ssl_context is not None:
+            # TLS starts only now, on a connection the budgets above have counted: asyncio's
+            # create_server(ssl=...) would run the handshake before connection_made, leaving
+            # sockets in their TLS handshake outside every cap. Reading stays paused until
+            # the TLS layer takes the transport over (start_tls resumes it).
+            transport.pause_reading()
+            self._tls_pending = True
+            upgrade = self._loop.create_task(self._start_tls(transport, cfg.ssl_context))
+            srv.tls_upgrades.add(upgrade)  # held: the loop keeps only weak references to tasks
+            upgrade.add_done_callback(srv.tls_upgrades.discard)
+            return
+        self._greet()
+
+    async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        try:
+            tls = await self._loop.start_tls(
+                raw,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=self.server.config.handshake_timeout_s,
+            )
+        except OSError as e:  # ssl.SSLError, timeouts and resets are OSErrors
+            # start_tls closed the socket; our connection_lost (called through the TLS
+            # layer) uncounts it. A bad TLS peer is an everyday event: no traceback.
+            log.info("TLS handshake with %s failed: %s", self.peername, e or type(e).__name__)
+            return
+        finally:
+            self._tls_pending = False
+        if tls is None or self.closing:
+            if tls is not None:
+                tls.abort()
+            return
+        assert isinstance(tls, asyncio.Transport)
+        self.transport = tls
+        self._greet()
+
+    def _greet(self) -> None:
         assert self.handshake is not None
         self.write(self.handshake.challenge())
-        self._connected_at = self.idle_since = now = self._loop.time()
-        self.arm(now + srv.config.handshake_timeout_s)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -573,6 +615,16 @@ class _Peer(asyncio.Protocol):
         """Send a connection-level error frame and close."""
         if self.closing or self.transport is None:
             return
+        if self._tls_pending or (
+            self.server.config.ssl_context is not None and self.transport.get_extra_info("ssl_object") is None
+        ):
+            # Before TLS (refused by a budget, or its TLS handshake too slow): a plaintext
+            # frame would be garbage to a TLS client, which treats the plain close as a
+            # dropped connection and retries later.
+            self.closing = True
+            log.info("closing connection from %s before TLS: %s: %s", self.peername, code, message)
+            self.transport.abort()
+            return
         try:
             self.transport.write(self.proto.send(m.Error(id=None, code=code, message=message)))
         except ProtocolError:
@@ -600,6 +652,8 @@ class CoordinatorServer:
         self.state = state or s.CoordinatorState(config.keep_finished_jobs, config.keep_finished_s)
         self.journal = journal or MemoryJournal()
         self.peers: dict[int, _Peer] = {}
+        #: Peers' TLS handshakes under way (see ``_Peer._start_tls``).
+        self.tls_upgrades: set[asyncio.Task[None]] = set()
         self._next_conn = 1
         self._server: asyncio.base_events.Server | None = None
         self._outbox: list[s.Send] = []
@@ -695,14 +749,11 @@ class CoordinatorServer:
         if not isinstance(loop.get_exception_handler(), _AcceptErrorLog):
             self._accept_errors = _AcceptErrorLog(loop)
             loop.set_exception_handler(self._accept_errors)
-        tls = self.config.ssl_context
         self._server = await loop.create_server(
             self._new_peer,
             self.config.host,
             self.config.port,
-            ssl=tls,
-            # asyncio refuses a handshake timeout without TLS; None is its default.
-            ssl_handshake_timeout=self.config.handshake_timeout_s if tls is not None else None,
+            # No ssl= here: each peer starts TLS itself once it is counted (_Peer.connection_made).
             reuse_address=True,
             backlog=4096,
         )
