@@ -388,3 +388,27 @@ def record_argv(args: Any, ctx: Any) -> None:
     import sys
 
     Path(args[-1], f"argv-{ctx.executor_id}.json").write_text(json.dumps(sys.argv))
+
+
+# -- shutdown(grace_secs=...) (tests/spark/test_feed.py) ---------------------------------------
+
+
+def export_then_evaluate(args: Any, ctx: Any) -> None:
+    """The chief trains (reading the feed to its end when ``args.fed``), then exports its model
+    for ``args.export_s`` (longer than any stop grace); the evaluator's final evaluation starts
+    once the chief has exported and takes ``args.eval_s``. Each leaves a file when done."""
+    out = Path(args.out)
+    if ctx.job_name == "evaluator":
+        deadline = time.monotonic() + 120
+        while not (out / "exported").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(args.eval_s)
+        (out / "evaluated").write_text("final")
+        return
+    n = 0
+    if args.fed:
+        feed = ctx.get_data_feed()
+        while not feed.should_stop():
+            n += len(feed.next_batch(100))
+    time.sleep(args.export_s)  # writing a SavedModel that takes a while
+    (out / "exported").write_text(str(n))

@@ -346,3 +346,32 @@ def test_terminate_in_a_streaming_job_requests_its_stop(sc, tmp_path):
     assert status["nodes"][0]["meta"]["feed_terminated"] == 1
     assert 200 <= json.loads((tmp_path / "0.json").read_text())["consumed"] < 200 * 100
     assert sc.statusTracker().getActiveJobsIds() == []
+
+
+@pytest.mark.parametrize("mode", ["spark", "tensorflow"])
+def test_shutdown_grace_secs_lets_the_chief_export_and_the_evaluator_finish(sc, tmp_path, mode):
+    # TensorFlowOnSpark's shutdown(grace_secs=...): the chief (exporting after the feed ends,
+    # longer than any stop grace) and the evaluator (a final evaluation after the chief is
+    # done) get that long to finish on their own; neither is cut off when the other ends.
+    fed = mode == "spark"
+    args = args_for(tmp_path, fed=fed, export_s=12, eval_s=6)
+    cluster = tfs.run(
+        sc,
+        mapfuns.export_then_evaluate,
+        args,
+        2,
+        0,
+        input_mode=SPARK if fed else tfs.InputMode.TENSORFLOW,
+        master_node="chief",
+        eval_node=True,
+    )
+    if fed:
+        cluster.train(sc.parallelize(range(1000), 4), num_epochs=1, feed_timeout=60)
+    status = cluster.shutdown(grace_secs=90)
+    assert status["state"] == "SUCCEEDED", status["error"] or status["stop_reason"]
+    assert (tmp_path / "exported").read_text() == ("1000" if fed else "0")
+    assert (tmp_path / "evaluated").read_text() == "final"
+    assert {n["role"]: n["state"] for n in status["nodes"]} == {
+        "chief": "SUCCEEDED",
+        "evaluator": "SUCCEEDED",
+    }

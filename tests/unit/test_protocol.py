@@ -98,6 +98,7 @@ SAMPLES: list[m.Message] = [
     AWAIT_JOB,
     m.WatchJob(id=3, job="job-1", version=12, timeout_s=0),
     STOP,
+    m.Finish(id=4, job="job-1", serving_grace_s=60.0),
     m.Status(id=5),
     m.Status(id=6, job="job_2.x"),
     REGISTER,

@@ -406,6 +406,7 @@ UNKNOWN_JOB: dict[str, Callable[[Harness], Call]] = {
     "await_job": lambda h: h.await_job(job="nope"),
     "watch_job": lambda h: h.watch(0, job="nope"),
     "stop_job": lambda h: h.stop(job="nope"),
+    "finish": lambda h: finish_job(h, 1.0, job="nope"),
     "status": lambda h: h.status_call("nope"),
 }
 
@@ -707,6 +708,62 @@ def test_the_job_succeeds_when_chief_and_workers_do_and_ps_and_evaluator_are_tol
         assert h.report(eid, "stopped").result == {"state": "STOPPED", "job_state": "SUCCEEDED"}
     states = {n["role"]: n["state"] for n in h.status()["nodes"]}
     assert states == {"ps": "STOPPED", "chief": "SUCCEEDED", "evaluator": "STOPPED", "worker": "SUCCEEDED"}
+
+
+def finish_job(h: Harness, grace_s: float, job: str = "j") -> Call:
+    return h._call(DRIVER, lambda w: s.FinishJobEvent(now=h.now, job=job, serving_grace_s=grace_s, waiter=w))
+
+
+def test_finish_gives_ps_and_evaluator_their_grace_after_the_work_is_done(h: Harness) -> None:
+    """shutdown(grace_secs=...): a final evaluation is not cut off when the chief and workers end."""
+    h.run(ALL_ROLES)
+    assert finish_job(h, 30.0).result == {"job": "j", "state": "RUNNING", "serving_grace_s": 30.0}
+    ps_stop, eval_stop, done = h.await_stop(0), h.await_stop(2), h.await_job()
+    for eid in (1, 3, 4):  # chief and both workers
+        h.report(eid, "succeeded", now=T0 + 10)
+    assert h.job().state is J.RUNNING and ps_stop.pending and eval_stop.pending and done.pending
+    assert h.heartbeat(2).result["stop"] is False
+    h.report(2, "succeeded", now=T0 + 20)  # the evaluator ends on its own within the grace
+    assert h.job().state is J.RUNNING  # the ps still serves (until its grace ends)
+    h.heartbeat(0, now=T0 + 20)
+    h.tick(T0 + 39.9)
+    assert h.job().state is J.RUNNING and ps_stop.pending
+    h.tick(T0 + 40)
+    assert (h.job().state, h.job().ended_at) == (J.SUCCEEDED, T0 + 40)
+    assert ps_stop.result["stop"] is True and done.result["state"] == "SUCCEEDED"
+    assert "its ps/evaluator nodes get 30 s to finish" in [e[1] for e in h.job().events][-3]
+    restored = replay(h.journal, now=h.now + 500)
+    assert_same_jobs(restored, h.state)
+
+
+def test_within_the_serving_grace_the_last_serving_node_ending_or_a_stop_ends_the_job_succeeded(
+    h: Harness,
+) -> None:
+    h.run(spec(("ps", 1), ("evaluator", 1), ("worker", 1)))
+    finish_job(h, 600.0)
+    h.report(2, "succeeded")
+    h.report(1, "succeeded")  # the evaluator returned; the ps is the last one
+    assert h.job().state is J.RUNNING
+    h.stop(reason="shutdown: grace_secs passed")  # the driver's word: the work succeeded
+    assert h.job().state is J.SUCCEEDED and h.job().reason.value == ""
+    assert h.report(0, "stopped").result == {"state": "STOPPED", "job_state": "SUCCEEDED"}
+    assert_same_jobs(replay(h.journal, now=h.now + 500), h.state)
+
+
+def test_a_serving_node_failing_within_its_grace_fails_the_job(h: Harness) -> None:
+    h.run(spec(("evaluator", 1), ("worker", 1)))
+    finish_job(h, 60.0)
+    h.report(1, "succeeded")
+    h.report(0, "failed", error="final evaluation crashed")
+    assert h.job().state is J.FAILED and "final evaluation crashed" in h.job().error
+
+
+def test_finish_after_the_work_is_done_changes_nothing(h: Harness) -> None:
+    h.run(PS_WORKERS)
+    for eid in (1, 2):
+        h.report(eid, "succeeded")
+    assert finish_job(h, 60.0).result["state"] == "SUCCEEDED" and h.job().serving_grace_s == 0
+    assert finish_job(h, 60.0, job="nope").error.code == "unknown_job"
 
 
 @pytest.mark.parametrize("tolerated", [True, False])

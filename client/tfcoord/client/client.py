@@ -667,6 +667,13 @@ class DriverClient(Client):
         reply = self.request(lambda i: m.StopJob(id=i, job=job, reason=reason, dry_run=dry_run, cause=cause))
         return StopResult.decode(_result(reply))
 
+    def finish(self, job: str, serving_grace_s: float) -> JobState:
+        """Wind the job down: once its chief/master/worker nodes have all succeeded, its ps
+        and evaluator nodes get ``serving_grace_s`` to end on their own before they are told
+        to stop (a stop from then on ends the job SUCCEEDED). Returns the job's state."""
+        reply = self.request(lambda i: m.Finish(id=i, job=job, serving_grace_s=float(serving_grace_s)))
+        return JobState(_result(reply)["state"])
+
 
 def check_outcome(status: JobStatus) -> None:
     """Raise JobFailed / JobStopped for a terminal status that is not SUCCEEDED."""

@@ -731,6 +731,18 @@ class StopJob(Request):
 
 
 @dataclass(frozen=True)
+class Finish(Request):
+    """A driver winding its job down (``shutdown(grace_secs=...)``): once every chief, master
+    and worker node has succeeded, the job's ps and evaluator nodes get ``serving_grace_s``
+    more to end on their own (a final evaluation) before they are told to stop. Without it
+    they are told at once. Answered at once with the job's state."""
+
+    op: ClassVar[str] = "finish"
+    job: str = _f(_ident)
+    serving_grace_s: float = _f(_seconds())
+
+
+@dataclass(frozen=True)
 class Status(Request):
     """One job's status, or a summary of every job when ``job`` is None."""
 
@@ -903,6 +915,7 @@ OPS: dict[str, type[Message]] = {
         AwaitJob,
         WatchJob,
         StopJob,
+        Finish,
         Status,
         Register,
         AwaitCluster,
@@ -919,7 +932,7 @@ OPS: dict[str, type[Message]] = {
 }
 
 #: Which requests each authenticated role may send.
-DRIVER_OPS = frozenset({Submit, AwaitJob, WatchJob, StopJob, Status, GetLogs})
+DRIVER_OPS = frozenset({Submit, AwaitJob, WatchJob, StopJob, Finish, Status, GetLogs})
 # A node may stop its own job (a fed node whose consumer stalled); the server
 # refuses any op of a node connection that names another job.
 NODE_OPS = frozenset({Register, AwaitCluster, Report, Heartbeat, Progress, NodeLogs, AwaitStop, StopJob})

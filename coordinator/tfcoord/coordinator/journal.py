@@ -105,8 +105,10 @@ def encode_event(ev: s.Event) -> tuple[str, bytes]:
         body = {"job": ev.job, "reason": ev.reason, "cause": ev.cause.value}
     elif isinstance(ev, s.NodeLost):
         body = {"job": ev.job, "executor_id": ev.executor_id, "attempt": ev.attempt, "reason": ev.reason}
-    elif isinstance(ev, s.ReservationExpired):
+    elif isinstance(ev, (s.ReservationExpired, s.ServingGraceExpired)):
         body = {"job": ev.job}
+    elif isinstance(ev, s.FinishJobEvent):
+        body = {"job": ev.job, "serving_grace_s": ev.serving_grace_s}
     elif isinstance(ev, s.EngineTaskUpdate):
         body = {
             "job": ev.job,
@@ -147,6 +149,10 @@ def decode_event(kind: str, data: bytes) -> s.Event:
         )
     if kind == "ReservationExpired":
         return s.ReservationExpired(now=now, job=b["job"])
+    if kind == "ServingGraceExpired":
+        return s.ServingGraceExpired(now=now, job=b["job"])
+    if kind == "FinishJobEvent":
+        return s.FinishJobEvent(now=now, job=b["job"], serving_grace_s=b["serving_grace_s"])
     if kind == "EngineTaskUpdate":
         return s.EngineTaskUpdate(
             now=now,

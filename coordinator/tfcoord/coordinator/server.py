@@ -715,6 +715,9 @@ class CoordinatorServer:
                 waiter=(p.id, r.id),
                 viewer=p.viewer,
             ),
+            m.Finish: lambda p, r, now: s.FinishJobEvent(
+                now=now, job=r.job, serving_grace_s=r.serving_grace_s, waiter=(p.id, r.id), viewer=p.viewer
+            ),
             m.Status: lambda p, r, now: s.StatusEvent(
                 now=now, job=r.job, waiter=(p.id, r.id), viewer=p.viewer
             ),

@@ -263,6 +263,23 @@ class ReservationExpired(Event):
 
 
 @dataclass(frozen=True)
+class FinishJobEvent(Event):
+    """A driver's ``finish``: the serving nodes' grace once the deciding nodes succeeded."""
+
+    job: str
+    serving_grace_s: float
+    waiter: Waiter | None = None
+    viewer: Viewer = None
+
+
+@dataclass(frozen=True)
+class ServingGraceExpired(Event):
+    """The ps/evaluator nodes' grace after the deciding nodes succeeded has passed."""
+
+    job: str
+
+
+@dataclass(frozen=True)
 class Recovered(Event):
     """The coordinator restarted: no connection survived, so every live node gets a fresh grace."""
 
@@ -444,6 +461,10 @@ class Job:
     in_state: dict[NodeState, int] = field(default_factory=dict)
     #: Nodes in a slot that decide the job's success (see :meth:`decides`) and succeeded.
     decided: int = 0
+    #: After every deciding node succeeded, how long live ps/evaluator nodes may still run
+    #: on their own (a driver's ``finish``), and since when they do.
+    serving_grace_s: float = 0.0
+    decided_at: float | None = None
     #: Bumped on every change a watcher could see.
     version: int = 1
     #: The cluster spec, msgpack-encoded once when the job becomes READY.
@@ -584,6 +605,8 @@ class CoordinatorState:
             AwaitStopEvent: self._await_stop,
             AwaitJobEvent: self._await_job,
             StopJobEvent: self._stop_job,
+            FinishJobEvent: self._finish_job,
+            ServingGraceExpired: self._serving_grace_expired,
             StatusEvent: self._status,
             Disconnected: self._disconnected,
             Tick: self._tick,
@@ -1141,6 +1164,10 @@ class CoordinatorState:
             self._reply(ev.waiter, state=job.state.value, **result)
             return
         self._journal(StopJobEvent(now=ev.now, job=ev.job, reason=ev.reason, cause=ev.cause))
+        if job.decided_at is not None:  # its work is done; only serving nodes were still given time
+            self._succeed(job, ev.now)
+            self._reply(ev.waiter, state=job.state.value, **result)
+            return
         job.stop_reason = ev.reason or "stop requested"
         job.reason = ev.cause
         self._set_job(job, "stop", ev.now)
@@ -1159,9 +1186,37 @@ class CoordinatorState:
         if job.state not in (J.READY, J.RUNNING):
             return
         deciding = job.deciding()
-        if deciding and job.decided == deciding:
-            self._set_job(job, "succeed", now)
-            self._job_ended(job, now)
+        if not deciding or job.decided != deciding:
+            return
+        if job.serving_grace_s > 0 and job.live_nodes() > 0:
+            # The work is done; the ps/evaluator nodes still running get their grace (a final
+            # evaluation) before they are told to stop. They end it sooner by ending.
+            if job.decided_at is None:
+                job.decided_at = now
+                self._timer(now + job.serving_grace_s, ("serving", job.id))
+                self._note(job, now, f"its ps/evaluator nodes get {job.serving_grace_s:g} s to finish")
+            return
+        self._succeed(job, now)
+
+    def _succeed(self, job: Job, now: float) -> None:
+        self._set_job(job, "succeed", now)
+        self._job_ended(job, now)
+
+    def _finish_job(self, ev: FinishJobEvent) -> None:
+        job = self._job_or_error(ev.job, ev.waiter, ev.viewer)
+        if job is None:
+            return
+        if not job.terminal and job.decided_at is None and job.serving_grace_s != ev.serving_grace_s:
+            self._journal(FinishJobEvent(now=ev.now, job=ev.job, serving_grace_s=ev.serving_grace_s))
+            job.serving_grace_s = ev.serving_grace_s
+        self._reply(ev.waiter, job=job.id, state=job.state.value, serving_grace_s=job.serving_grace_s)
+
+    def _serving_grace_expired(self, ev: ServingGraceExpired) -> None:
+        job = self.jobs.get(ev.job)
+        if job is None or job.decided_at is None or job.state not in (J.READY, J.RUNNING):
+            return
+        self._journal(ev)
+        self._succeed(job, ev.now)
 
     def _reservation_expired(self, ev: ReservationExpired) -> None:
         job = self.jobs.get(ev.job)
@@ -1874,6 +1929,8 @@ class CoordinatorState:
                     self._reservation_expired(ReservationExpired(now=ev.now, job=job.id))
             elif kind == "forget":
                 self._forget_old(ev.now)
+            elif kind == "serving":
+                self._serving_grace_expired(ServingGraceExpired(now=ev.now, job=key[1]))
             else:
                 _, job_id, executor_id, attempt = key
                 job = self.jobs.get(job_id)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfcoord.client import DriverClient, JobFailed, JobSpec, TfcoordError, auth, make_roles
+from tfcoord.client.messages import MAX_TIMEOUT_S
 from tfcoord.client.progress import ProgressLines
 from tfcoord.client.replies import TENSORBOARD_PID_META, JobStatus
 from tfcoord.client.vocab import FORMED_JOB, FailureReason, JobState, NodeState
@@ -434,13 +435,16 @@ class SparkCluster:
         """Wait for the job to end, stop ps/evaluator nodes, clean up; returns the final status.
 
         ``InputMode.TENSORFLOW``: waits (up to ``timeout``) for the chief/master and
-        workers to finish; ps and evaluator nodes are then stopped.
+        workers to finish; ps and evaluator nodes then get ``grace_secs`` to end on their
+        own (an evaluator's final evaluation), and are stopped after it.
 
         ``InputMode.SPARK`` (TensorFlowOnSpark's meaning of ``grace_secs``): ends the feed,
         then gives the nodes up to ``grace_secs`` to finish (a chief exporting its model)
-        and to fail: an error they raise in that time is raised here. Returns as soon as
-        the job has ended; nodes still running after ``grace_secs`` are stopped (the job
-        ends STOPPED, and an error after that point is not waited for).
+        and to fail: an error they raise in that time is raised here; ps and evaluator nodes
+        are not stopped before it has passed, unless they end on their own. Returns as soon
+        as the job has ended; nodes still running after ``grace_secs`` are stopped (the job
+        ends STOPPED if a chief, master or worker was among them, and an error after that
+        point is not waited for).
 
         With ``ssc`` (streaming): waits for a stop request (``tfcoord stop``, or
         ``DataFeed.terminate()`` in any node), then stops the streaming context gracefully.
@@ -451,6 +455,8 @@ class SparkCluster:
         """
         try:
             wait_s = timeout if timeout > 0 else FOREVER_S
+            if grace_secs > 0:
+                self._serving_grace(grace_secs)
             if ssc is not None:
                 # A streaming job runs until a stop is requested (tfcoord stop, DataFeed.terminate());
                 # then the streaming context stops gracefully: micro-batches in flight finish,
@@ -490,6 +496,14 @@ class SparkCluster:
             return st
         finally:
             self._abort("shutdown")
+
+    def _serving_grace(self, grace_secs: float) -> None:
+        """Have the coordinator give the ps and evaluator nodes ``grace_secs`` once the chief,
+        master and workers have succeeded, rather than stop them at once."""
+        try:
+            self.driver.finish(self.job, min(float(grace_secs), MAX_TIMEOUT_S))
+        except TfcoordError as e:  # the job ended already; or a coordinator without finish
+            log.info("job %s: no grace for its ps/evaluator nodes: %s", self.job, e)
 
     def _wait_until(self, done: Callable[[JobStatus], bool], timeout_s: float) -> JobStatus:
         """The job's status once ``done(status)`` holds, or when ``timeout_s`` has passed."""
