@@ -2,6 +2,7 @@
 
     tfcoord serve   --host H --port P --port-file F --secret-file S [--state-dir D]
                     [--http-host H --http-port P --http-port-file F --http-token-file T]
+                    [--http-admin-token-file A]
                     (--tls-cert F --tls-key F [--tls-ca F] | --plaintext)   (each flag also as TFCOORD_*)
     tfcoord env-check [--address A] [--secret-file S]
     tfcoord status  [JOB]
@@ -137,6 +138,8 @@ class ServeConfig:
     http_port: int | None = None
     http_port_file: Path | None = None
     http_token: bytes | None = None
+    #: May also stop jobs over HTTP; None: no one may.
+    http_admin_token: bytes | None = None
     notify_socket: str | None = None
     #: TLS for the TCP protocol and the HTTP API; None serves plaintext.
     ssl_context: ssl.SSLContext | None = None
@@ -461,6 +464,7 @@ def _service_config(cfg: ServeConfig) -> Any:
                 and cfg.mesos.archive_password is not None
                 else None
             ),
+            admin_token=cfg.http_admin_token,
         )
     server = ServerConfig(
         secret=cfg.secret,
@@ -572,8 +576,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     ):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be at least 1, not {value}")
-    if args.http_port is None and (args.http_port_file or args.http_token_file):
-        raise UsageError("--http-port-file and --http-token-file need --http-port (0 picks a free port)")
+    if args.http_port is None and (args.http_port_file or args.http_token_file or args.http_admin_token_file):
+        raise UsageError(
+            "--http-port-file, --http-token-file and --http-admin-token-file need --http-port "
+            "(0 picks a free port)"
+        )
     if args.http_port is not None and not args.http_token_file:
         raise UsageError(
             "--http-port needs --http-token-file: the API and dashboard require a bearer "
@@ -598,6 +605,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     http_token = None
     if args.http_token_file:
         http_token = _separate_http_token(args.http_token_file, secret_file, secret)
+    http_admin_token = None
+    if args.http_admin_token_file:
+        http_admin_token = _credential(Path(args.http_admin_token_file), "HTTP admin token", create=True)
+        for other, name in ((http_token, "--http-token-file"), (secret, "the coordinator secret"),
+                            (admin_secret, "the admin secret")):  # fmt: skip
+            if other is not None and hmac.compare_digest(http_admin_token, other):
+                raise UsageError(
+                    f"--http-admin-token-file {args.http_admin_token_file} holds the same key as {name}; "
+                    "give it a file of its own (created if missing)"
+                )
     cfg = ServeConfig(
         host=args.host,
         port=args.port,
@@ -610,6 +627,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         http_port_file=Path(args.http_port_file) if args.http_port_file else None,
         http_token=http_token,
+        http_admin_token=http_admin_token,
         notify_socket=os.environ.get(NOTIFY_SOCKET_ENV) or None,
         ssl_context=ssl_context,
         mesos=_serve_mesos(args),
@@ -1219,6 +1237,11 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
         "--http-token-file",
         help="bearer token for the HTTP API and dashboard "
         "(created, mode 600, if missing; separate from the coordinator secret)",
+    )
+    sp.add_argument(
+        "--http-admin-token-file",
+        help="a second HTTP bearer token that may also stop jobs (the dashboard's stop button); "
+        "created, mode 600, if missing; without it no one stops jobs over HTTP",
     )
     sp.add_argument(
         "--max-connections",

@@ -53,14 +53,21 @@ class Answer:
 
 
 def fetch(
-    base: str, path: str, token: bytes | None = TOKEN, method: str = "GET", authorization: str | None = None
+    base: str,
+    path: str,
+    token: bytes | None = TOKEN,
+    method: str = "GET",
+    authorization: str | None = None,
+    data: bytes | None = None,
 ) -> Answer:
     headers = {}
     if authorization is not None:
         headers["Authorization"] = authorization
     elif token is not None:
         headers["Authorization"] = "Bearer " + token.decode()
-    req = urllib.request.Request(base + path, method=method, headers=headers)
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(base + path, method=method, headers=headers, data=data)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return Answer(r.status, r.headers, r.read())
@@ -221,6 +228,72 @@ def test_the_node_archive_answers_the_bearer_token_or_its_own_basic_credential(h
 
 
 # -- the JSON API -------------------------------------------------------------------------
+
+
+ADMIN_TOKEN = b"http-admin-" + b"q" * 32
+
+
+def test_only_the_admin_token_stops_a_job_and_the_stop_is_committed(http_coord):
+    """The viewing token may look, never act; a coordinator without an admin token has no
+    one who may stop over HTTP; the admin token stops a running job, as tfcoord stop does."""
+    coord, base = http_coord
+    with DriverClient(coord.address, coord.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1)))
+        # This coordinator has no admin token: the viewing token is refused, and says how.
+        refused = fetch(base, f"/v1/jobs/{job}/stop", method="POST")
+        assert refused.status == 403
+        assert "--http-admin-token-file" in conforms(refused, "/v1/jobs/{job}/stop", "POST")["message"]
+        assert conforms(fetch(base, "/v1/session"), "/v1/session") == {
+            "admin": False,
+            "version": fetch(base, "/v1/session").json["version"],
+        }
+    admin_coord = EmbeddedCoordinator(plaintext=True).start()
+    try:
+        admin_base = f"http://127.0.0.1:{admin_coord.start_http(TOKEN, admin_token=ADMIN_TOKEN)}"
+        with DriverClient(admin_coord.address, admin_coord.secret) as d:
+            job = d.submit(JobSpec(roles=make_roles(1)))
+            with NodeClient(admin_coord.address, d.job_token(job), job, 0).connect() as n:
+                n.register("127.0.0.1", 7001)
+                n.start_heartbeats(0.2)
+                n.await_cluster(30)
+                n.report("running")
+                stop = f"/v1/jobs/{job}/stop"
+                for kw, status in (
+                    (dict(token=None), 401),
+                    (dict(token=TOKEN), 403),  # the viewing token of this coordinator
+                    (dict(token=ADMIN_TOKEN, data=b"{not json"), 400),
+                    (dict(token=ADMIN_TOKEN, data=b'{"reason": 5}'), 400),
+                    (dict(token=ADMIN_TOKEN, data=b'{"reason": "x", "more": 1}'), 400),
+                ):
+                    answer = fetch(admin_base, stop, method="POST", **kw)
+                    assert answer.status == status, (kw, answer.body)
+                    conforms(answer, "/v1/jobs/{job}/stop", "POST")
+                assert fetch(admin_base, stop, method="GET", token=ADMIN_TOKEN).status == 405
+                assert fetch(admin_base, "/v1/jobs/nope/stop", method="POST", token=ADMIN_TOKEN).status == 404
+                assert d.status(job)["state"] == "RUNNING"  # nothing refused changed anything
+                session = fetch(admin_base, "/v1/session", token=ADMIN_TOKEN)
+                assert conforms(session, "/v1/session")["admin"] is True
+                assert fetch(admin_base, "/v1/jobs", token=ADMIN_TOKEN).status == 200  # it reads too
+
+                answer = fetch(
+                    admin_base, stop, method="POST", token=ADMIN_TOKEN, data=b'{"reason": "maintenance"}'
+                )
+                got = conforms(answer, "/v1/jobs/{job}/stop", "POST")
+                assert answer.status == 200 and got == {"job": job, "state": "STOPPING", "was": "RUNNING"}
+                assert n.stop_event.wait(30)  # told by push, as for any stop
+                n.report("stopped")
+            final = d.await_job(job, 30, raise_on_failure=False)
+            assert final.state == "STOPPED" and final.stop_reason == "maintenance"
+            again = fetch(admin_base, stop, method="POST", token=ADMIN_TOKEN)
+            assert conforms(again, "/v1/jobs/{job}/stop", "POST") == {
+                "job": job,
+                "state": "STOPPED",
+                "was": "STOPPED",
+            }
+    finally:
+        admin_coord.stop()
+    with pytest.raises(ValueError, match="must differ"):
+        make_app(CoordinatorServer(ServerConfig(secret=b"s" * 32)), TOKEN, admin_token=TOKEN)
 
 
 def test_jobs_one_job_and_its_events(http_coord):

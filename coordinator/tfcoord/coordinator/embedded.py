@@ -264,12 +264,21 @@ class EmbeddedCoordinator:
         self._loop.call_soon_threadsafe(go)
         return fut.result(timeout=START_TIMEOUT_S)
 
-    def start_http(self, token: bytes, host: str = "127.0.0.1", port: int = 0, **limits: Any) -> int:
+    def start_http(
+        self,
+        token: bytes,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        admin_token: bytes | None = None,
+        **limits: Any,
+    ) -> int:
         """Serve the HTTP API and dashboard on this coordinator's loop; returns the bound port.
 
         With TLS configured (``ssl_context=``), the HTTP API is served over the same context.
-        A second call with the same arguments returns the same port. ``limits`` are
-        ``max_connections`` and ``keepalive_timeout_s`` of :func:`tfcoord.coordinator.http.start_http`.
+        A second call with the same arguments returns the same port. ``admin_token`` holders
+        may also stop jobs (the dashboard's stop button). ``limits`` are ``max_connections``
+        and ``keepalive_timeout_s`` of :func:`tfcoord.coordinator.http.start_http`.
 
         Raises:
             ValueError: the HTTP API already serves with another token, host or port; one
@@ -277,7 +286,8 @@ class EmbeddedCoordinator:
         """
         assert self._loop is not None and self.service.running, "start() the coordinator first"
         return asyncio.run_coroutine_threadsafe(
-            self.service.start_http(HttpConfig(token, host, port, **limits)), self._loop
+            self.service.start_http(HttpConfig(token, host, port, admin_token=admin_token, **limits)),
+            self._loop,
         ).result(timeout=START_TIMEOUT_S)
 
     def stop(self) -> None:

@@ -1,10 +1,13 @@
 """The coordinator's HTTP side: a JSON API, Prometheus metrics and the dashboard page.
 
 It runs on its own port in the coordinator's event loop, beside the TCP server, and
-only *reads* the state (a snapshot per request, taken on the loop, so always
-consistent); nothing over HTTP changes a job. Operators use it to watch jobs they did
-not start, so it is authenticated with a bearer token of its own, separate from the
-coordinator secret: holding it lets you look, never act.
+*reads* the state (a snapshot per request, taken on the loop, so always consistent).
+Operators use it to watch jobs they did not start, so it is authenticated with a bearer
+token of its own, separate from the coordinator secret: holding it lets you look, never
+act. One action is offered, to holders of a second token (the HTTP admin token, when the
+coordinator has one): stopping a job, as ``tfcoord stop`` does. The token travels in the
+``Authorization`` header, never a cookie, so another site's page cannot make a browser
+send it (no cross-site request forgery), and no CORS header ever lets one read an answer.
 
 Routes (``openapi.json`` beside this file describes them; a test keeps the two equal):
 
@@ -12,8 +15,10 @@ Routes (``openapi.json`` beside this file describes them; a test keeps the two e
   only ``ok`` unless the request carries the token (then also the job count and version).
 - ``/`` and ``/dashboard``: the dashboard page, static and holding no data or
   credentials, so it needs no token to load; its own API calls send the token.
-- ``/v1/...`` (jobs, one job, its events, the OpenAPI document) and ``/metrics``:
-  ``Authorization: Bearer <token>``, compared in constant time.
+- ``/v1/...`` (jobs, one job, its events, progress and logs, the OpenAPI document,
+  ``/v1/session``) and ``/metrics``: ``Authorization: Bearer <token>`` (the admin token
+  too), compared in constant time.
+- ``POST /v1/jobs/{job}/stop``: the admin token only; the viewing token gets 403.
 - ``/v1/node-archive/NAME``: the node runtime Mesos tasks fetch (``coordinator.nodearchive``),
   for the bearer token or HTTP Basic with the archive's own download credential, which is all
   the Mesos fetcher can send (it takes it from the URI's ``user:password@``). That credential
@@ -74,8 +79,11 @@ STATUS_CACHE_S = 1.0
 #: In-flight requests get this long to finish when the HTTP server stops; every
 #: handler answers from memory in milliseconds.
 SHUTDOWN_TIMEOUT_S = 5.0
-#: Requests here are GETs without a body; refuse anything bigger than a small form.
+#: Requests here are GETs without a body and a stop with a reason; refuse anything bigger
+#: than a small form.
 MAX_REQUEST_BODY_BYTES = 64 * 1024
+#: The reason a stop from the dashboard gives when its request names none.
+DASHBOARD_STOP_REASON = "stopped from the dashboard"
 #: An HTTP connection must send a complete request within this of connecting or of its
 #: previous answer, else it is closed (aiohttp's own default is an hour: 1,100 idle
 #: sockets then held every descriptor the coordinator had). Dashboards poll every few
@@ -85,6 +93,8 @@ KEEPALIVE_TIMEOUT_S = 15.0
 _JOB_STATES = {st.value for st in JobState}
 
 SERVER_KEY = web.AppKey("server", CoordinatorServer)
+#: Whether the request carried the admin token (set by the authentication middleware).
+ADMIN = web.RequestKey("admin", bool)
 METRICS_KEY = web.AppKey("metrics", CoordinatorMetrics)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -188,17 +198,24 @@ def _basic_ok(given: str, expected: tuple[str, str] | None) -> bool:
     return bool(sep) and ok_user and ok_password
 
 
-def _auth_middleware(token: bytes, metrics: CoordinatorMetrics, archive_auth: tuple[str, str] | None) -> Any:
+def _auth_middleware(
+    token: bytes, admin_token: bytes | None, metrics: CoordinatorMetrics, archive_auth: tuple[str, str] | None
+) -> Any:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         resource = request.match_info.route.resource
+        request[ADMIN] = False
         if resource is not None and resource.canonical in PUBLIC_PATHS:
             return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode("utf-8", "replace"), token
-        ):
-            return await handler(request)
+        if scheme.lower() == "bearer":
+            given_b = given.strip().encode("utf-8", "replace")
+            # Both compared, whichever matches, so the time taken tells nothing.
+            viewer = hmac.compare_digest(given_b, token)
+            admin = admin_token is not None and hmac.compare_digest(given_b, admin_token)
+            if viewer or admin:
+                request[ADMIN] = admin
+                return await handler(request)
         if (
             resource is not None
             and resource.canonical == ARCHIVE_ROUTE
@@ -212,7 +229,8 @@ def _auth_middleware(token: bytes, metrics: CoordinatorMetrics, archive_auth: tu
             401,
             ErrorCode.UNAUTHORIZED,
             f"this request carries {why}; send 'Authorization: Bearer "
-            "<token>' with the token from the coordinator's --http-token-file",
+            "<token>' with the token from the coordinator's --http-token-file "
+            "(or --http-admin-token-file)",
             {"WWW-Authenticate": 'Bearer realm="tfcoord"'},
         )
 
@@ -309,6 +327,42 @@ class _Api:
         return web.Response(
             body=self._dashboard, content_type="text/html", charset="utf-8", headers=self._dashboard_headers
         )
+
+    async def session(self, request: web.Request) -> web.Response:
+        _query(request, frozenset())
+        return _json({"admin": bool(request[ADMIN]), "version": __version__})
+
+    async def stop(self, request: web.Request) -> web.Response:
+        _query(request, frozenset())
+        job_id = _job_id(request)
+        if not request[ADMIN]:
+            raise ApiError(
+                403,
+                ErrorCode.FORBIDDEN,
+                "stopping a job takes the coordinator's HTTP admin token (--http-admin-token-file); "
+                "this token may only look",
+            )
+        reason = DASHBOARD_STOP_REASON
+        if request.can_read_body:
+            try:
+                body = json.loads(await request.read() or b"{}")
+            except (ValueError, UnicodeDecodeError):
+                body = None
+            given = body.get("reason", reason) if isinstance(body, dict) else None
+            if not isinstance(given, str) or len(given) > m.MAX_TEXT_LEN or set(body) - {"reason"}:
+                raise ApiError(
+                    400,
+                    ErrorCode.BAD_REQUEST,
+                    f'the body must be JSON {{"reason": "..."}} (at most {m.MAX_TEXT_LEN} characters) or empty',
+                )
+            reason = given.strip() or reason
+        job = _job(self.server, job_id)
+        before = job.state
+        self.server.apply(s.StopJobEvent(now=time.time(), job=job.id, reason=reason))
+        # Committed before the answer, as every stop is (a rare path: an operator's click).
+        self.server.flush_now()
+        log.info("job %s: stop requested over HTTP by an admin: %s", job.id, reason)
+        return _json({"job": job.id, "state": job.state.value, "was": before.value})
 
     async def openapi(self, request: web.Request) -> web.Response:
         _query(request, frozenset())
@@ -474,22 +528,32 @@ def _page_headers(html: str) -> dict[str, str]:
 
 
 def make_app(
-    server: CoordinatorServer, token: bytes, archive_auth: tuple[str, str] | None = None
+    server: CoordinatorServer,
+    token: bytes,
+    archive_auth: tuple[str, str] | None = None,
+    admin_token: bytes | None = None,
 ) -> web.Application:
     """The aiohttp application over ``server``; its metrics attach on startup.
 
     ``archive_auth`` is the (user, password) that HTTP Basic must carry to fetch the node
     archive without the bearer token; None: only the bearer token fetches it.
+    ``admin_token`` (None: no one) may also stop jobs (``POST /v1/jobs/{job}/stop``).
 
     Raises:
-        ValueError: the token is shorter than :data:`tfcoord.client.auth.MIN_SECRET_BYTES`.
+        ValueError: a token is shorter than :data:`tfcoord.client.auth.MIN_SECRET_BYTES`, or
+            the admin token is the viewing token.
     """
     if len(token) < auth.MIN_SECRET_BYTES:
         raise ValueError(f"the HTTP bearer token must be at least {auth.MIN_SECRET_BYTES} bytes")
+    if admin_token is not None:
+        if len(admin_token) < auth.MIN_SECRET_BYTES:
+            raise ValueError(f"the HTTP admin token must be at least {auth.MIN_SECRET_BYTES} bytes")
+        if hmac.compare_digest(admin_token, token):
+            raise ValueError("the HTTP admin token must differ from the viewing token")
     metrics = CoordinatorMetrics(server)
     api = _Api(server, metrics, token)
     app = web.Application(
-        middlewares=[_errors, _auth_middleware(token, metrics, archive_auth)],
+        middlewares=[_errors, _auth_middleware(token, admin_token, metrics, archive_auth)],
         client_max_size=MAX_REQUEST_BODY_BYTES,
     )
     app[SERVER_KEY] = server
@@ -499,12 +563,14 @@ def make_app(
     app.router.add_get("/dashboard", api.dashboard)
     app.router.add_get("/metrics", api.metrics_text)
     app.router.add_get("/v1/openapi.json", api.openapi)
+    app.router.add_get("/v1/session", api.session)
     app.router.add_get("/v1/jobs", api.jobs)
     app.router.add_get("/v1/jobs/{job}", api.job)
     app.router.add_get("/v1/jobs/{job}/events", api.events)
     app.router.add_get("/v1/jobs/{job}/progress", api.progress)
     app.router.add_get("/v1/jobs/{job}/logs", api.logs)
     app.router.add_get(ARCHIVE_ROUTE, api.node_archive)
+    app.router.add_post("/v1/jobs/{job}/stop", api.stop)
 
     async def attach(app: web.Application) -> None:
         metrics.attach()
@@ -600,15 +666,17 @@ async def start_http(
     max_connections: int = DEFAULT_MAX_HTTP_CONNECTIONS,
     keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
     archive_auth: tuple[str, str] | None = None,
+    admin_token: bytes | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Serve the HTTP API for ``server`` on the running loop; returns the runner and bound port.
 
     Port 0 picks a free port. At most ``max_connections`` connections are served at once,
-    and each must send a whole request within ``keepalive_timeout_s``. Stop it with
-    ``await runner.cleanup()`` before closing the server.
+    and each must send a whole request within ``keepalive_timeout_s``. ``admin_token``
+    holders may also stop jobs. Stop it with ``await runner.cleanup()`` before closing the
+    server.
     """
     runner = web.AppRunner(
-        make_app(server, token, archive_auth),
+        make_app(server, token, archive_auth, admin_token),
         access_log_class=_AccessLogger,
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         keepalive_timeout=keepalive_timeout_s,

@@ -115,6 +115,8 @@ class HttpConfig:
     #: Only the public routes and the node archive (digest-checked by every task) are of any
     #: use then: give no one the bearer token.
     plaintext: bool = False
+    #: A second bearer token that may also stop jobs (the dashboard's stop button); None: no one.
+    admin_token: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,7 @@ class CoordinatorService:
                     KEEPALIVE_TIMEOUT_S if http.keepalive_timeout_s is None else http.keepalive_timeout_s
                 ),
                 archive_auth=http.archive_auth or (ARCHIVE_USER, archive_password(self.config.server.secret)),
+                admin_token=http.admin_token,
             )
         except OSError as e:
             raise HttpStartError(e.errno, f"cannot serve HTTP on {http.host}:{http.port}: {e}") from None
