@@ -5,12 +5,23 @@ page loads with ``?token=``, shows the running job's nodes by role, and when one
 reports failure it shows FAILED and the node's error without being reloaded. The page
 must log no console error (a Content-Security-Policy violation would be one) and never
 show the token.
+
+The training monitor runs a real two-node job through the local engine (each node
+``python -m tfcoord.node`` supervising a command that reports figures and prints): its
+charts grow while the job runs, its logs, CPU and memory show, and the stop button, for
+the admin token only and after a confirmation, stops it. Every wait is on the page's DOM
+or the coordinator's watch, never a fixed sleep.
 """
 
 from __future__ import annotations
 
+import io
+import re
+import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +29,7 @@ import pytest
 
 from tfcoord.client import DriverClient, JobSpec, NodeClient, make_roles
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
+from tfcoord.node.local import run_local
 
 playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (the test extra)"
@@ -37,6 +49,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 TOKEN = b"dashboard-token-" + b"z" * 32
+ADMIN_TOKEN = b"dashboard-admin-" + b"a" * 32
 #: The page polls every second; allow a few polls on a loaded machine.
 UPDATE_WAIT_MS = 15_000
 TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 42, in step\nValueError: loss is NaN'
@@ -56,7 +69,7 @@ def browser() -> Iterator[object]:
 def served() -> Iterator[tuple[EmbeddedCoordinator, str]]:
     coord = EmbeddedCoordinator(plaintext=True).start()
     try:
-        yield coord, f"http://127.0.0.1:{coord.start_http(TOKEN)}"
+        yield coord, f"http://127.0.0.1:{coord.start_http(TOKEN, admin_token=ADMIN_TOKEN)}"
     finally:
         coord.stop()
 
@@ -195,3 +208,130 @@ def test_a_malformed_job_link_shows_the_jobs_list_instead_of_a_blank_page(browse
         assert errors == []
     finally:
         page.close()
+
+
+#: Each node's work: report a step and a falling loss, print a line, a few times a second,
+#: until stopped. The pace is the workload's own; the test waits on what the page shows.
+TRAINER = """
+import os, time
+from tfcoord.node.reporting import report
+name = os.environ["TFCOORD_ROLE"] + ":" + os.environ["TFCOORD_TASK_INDEX"]
+step = 0
+while True:
+    step += 1
+    report(step=step, loss=1.0 / step, examples_per_s=100.0 + step)
+    print(f"{name} finished step {step}", flush=True)
+    time.sleep(0.1)
+"""
+
+
+def _points(page, figure: str) -> int:
+    return int(page.locator(f'figure[data-figure="{figure}"]').get_attribute("data-points") or 0)
+
+
+def _post_stop(base: str, token: str, job: str) -> int:
+    """The HTTP status a stop request gets with ``token`` as its bearer ("" for none)."""
+    req = urllib.request.Request(f"{base}/v1/jobs/{job}/stop", method="POST", data=b"")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_the_dashboard_monitors_a_real_two_node_job_and_an_admin_stops_it(browser, served, background):
+    expect = playwright_api.expect
+    coord, base = served
+    spec = JobSpec(
+        roles=make_roles(2), name="monitor-demo", labels={"spark_ui_url": "http://127.0.0.1:4040/"}
+    )
+    with DriverClient(coord.address, coord.secret) as d:  # one client: a driver sees its own jobs
+        # The job id is the driver's to choose, so the page and the watch know it up front;
+        # run_local says when it has submitted (its first line).
+        job, submitted = "monitor-demo-1", threading.Event()
+        background.start(
+            lambda: run_local(
+                d,
+                spec,
+                [sys.executable, "-c", TRAINER],
+                emit=lambda line: submitted.set(),
+                out=io.BytesIO(),
+                job=job,
+            )
+        )
+        assert submitted.wait(30)
+        _await(d, job, lambda st: st.running == 2, timeout_s=60)
+
+        viewer = browser.new_page(viewport={"width": 1400, "height": 900})
+        admin = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors: list[str] = []
+        for page in (viewer, admin):
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            # -- a viewer sees everything but cannot stop -----------------------------------
+            viewer.goto(f"{base}/?token={TOKEN.decode()}#job={job}")
+            expect(viewer.locator("#job-id")).to_have_text(job, timeout=UPDATE_WAIT_MS)
+            expect(viewer.locator('figure[data-figure="loss"]')).to_be_visible(timeout=UPDATE_WAIT_MS)
+            expect(viewer.locator("#stop-job")).to_be_hidden()
+            assert _post_stop(base, TOKEN.decode(), job) == 403  # the viewing token may look, not act
+            assert _post_stop(base, "", job) == 401
+
+            # -- the admin's page: charts grow while the job runs -------------------------------
+            admin.goto(f"{base}/?token={ADMIN_TOKEN.decode()}#job={job}")
+            expect(admin.locator(".jobhead .state")).to_have_text("RUNNING", timeout=UPDATE_WAIT_MS)
+            for figure in ("step", "loss", "examples_per_s"):
+                expect(admin.locator(f'figure[data-figure="{figure}"]')).to_be_visible(timeout=UPDATE_WAIT_MS)
+            chart = admin.locator('figure[data-figure="step"]')
+            expect(chart.locator("polyline")).to_have_count(2)  # one line per node
+            expect(chart.locator('polyline[data-node="worker:0"]')).to_have_count(1)
+            expect(chart.locator('polyline[data-node="worker:1"]')).to_have_count(1)
+            before = _points(admin, "step")
+            admin.wait_for_function(
+                "n => Number(document.querySelector('figure[data-figure=\"step\"]').dataset.points) > n",
+                arg=before,
+                timeout=UPDATE_WAIT_MS,
+            )
+            assert _points(admin, "step") > before
+            # Per node: its latest figures, CPU and memory (measured by its supervisor).
+            for name in ("worker:0", "worker:1"):
+                row = admin.locator(f'[data-node="{name}"]')
+                expect(row.locator(".figures")).to_contain_text("step=", timeout=UPDATE_WAIT_MS)
+                expect(row.locator(".mem")).to_have_text(
+                    re.compile(r"^\d+(\.\d)? (KiB|MiB|GiB)$"), timeout=UPDATE_WAIT_MS
+                )
+                expect(row.locator(".cpu")).to_have_text(re.compile(r"^\d+ %$"), timeout=UPDATE_WAIT_MS)
+            expect(admin.locator("#spark-ui-link")).to_have_attribute("href", "http://127.0.0.1:4040/")
+            expect(admin.locator("#spark-ui-link")).to_have_attribute("rel", "noopener noreferrer")
+
+            # -- logs: every node's, then one node's --------------------------------------------
+            logs = admin.locator("#logs")
+            expect(logs).to_contain_text("[worker:0 stdout] worker:0 finished step", timeout=UPDATE_WAIT_MS)
+            expect(logs).to_contain_text("[worker:1 stdout] worker:1 finished step", timeout=UPDATE_WAIT_MS)
+            admin.select_option("#log-node", label="worker:1")
+            expect(logs).to_contain_text("worker:1 finished step", timeout=UPDATE_WAIT_MS)
+            expect(logs).not_to_contain_text("worker:0 finished step")
+
+            # -- stop: a cancelled confirmation stops nothing; a confirmed one stops the job ----
+            admin.click("#stop-job")
+            expect(admin.locator("#stop-dialog")).to_be_visible()
+            expect(admin.locator("#stop-job-id")).to_have_text(job)
+            admin.click("#stop-cancel")
+            expect(admin.locator("#stop-dialog")).to_be_hidden()
+            assert d.status(job)["state"] == "RUNNING"
+            admin.click("#stop-job")
+            admin.click("#stop-confirm")
+            expect(admin.locator(".jobhead .state")).to_have_text("STOPPED", timeout=UPDATE_WAIT_MS)
+            expect(admin.locator("#stop-job")).to_be_hidden()
+            expect(viewer.locator(".jobhead .state")).to_have_text("STOPPED", timeout=UPDATE_WAIT_MS)
+            status = d.status(job)
+            assert status["stop_reason"] == "stopped from the dashboard"
+            assert TOKEN.decode() not in viewer.content() and ADMIN_TOKEN.decode() not in admin.content()
+            assert errors == []
+        finally:
+            viewer.close()
+            admin.close()
+    [final] = background.results(timeout_s=90)
+    assert final.state == "STOPPED"

@@ -108,4 +108,7 @@ def run_local(
                 p.wait()
         for t in pumps:
             t.join(timeout=5)
+        for p in procs:  # the pumps are done with them (a caller that goes on must not leak them)
+            if p.stdout is not None:
+                p.stdout.close()
     return status

@@ -139,6 +139,19 @@ def _default_fs(sc: Any) -> str:
     return fs[:-1] if fs.startswith("file://") and len(fs) > 7 and fs.endswith("/") else fs
 
 
+#: The job's label with the Spark UI's address (the dashboard links it).
+SPARK_UI_LABEL = "spark_ui_url"
+
+
+def _labels(sc: Any) -> dict[str, str]:
+    """What the dashboard shows of the Spark application: its id, and its UI where it has one."""
+    labels = {"spark_app_id": sc.applicationId}
+    ui = getattr(sc, "uiWebUrl", None)  # None when spark.ui.enabled is false
+    if isinstance(ui, str) and ui.startswith(("http://", "https://")) and len(ui) <= 1024:
+        labels[SPARK_UI_LABEL] = ui
+    return labels
+
+
 def run(
     sc: Any,
     map_fun: Any,
@@ -209,7 +222,7 @@ def run(
         reservation_timeout_s=float(reservation_timeout),
         engine="spark",
         name=name or sc.appName,
-        labels={"spark_app_id": sc.applicationId},
+        labels=_labels(sc),
     )
     address, key, tls, embedded = _coordinator(sc, coordinator, secret, tls, plaintext)
     driver = DriverClient(address, key, ssl_context=tls.context() if tls is not None else None).connect()
