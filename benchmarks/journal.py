@@ -29,10 +29,19 @@ def run(records: int, batch: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         journal = SqliteJournal(tmp)
         events = [
-            s.RegisterNode(now=1.0e9 + i, req=m.Register(id=1, job="job-1", executor_id=i, attempt=0,
-                                                         host=f"10.0.{i // 250 % 250}.{i % 250 + 1}", port=20000 + i % 40000))
+            s.RegisterNode(
+                now=1.0e9 + i,
+                req=m.Register(
+                    id=1,
+                    job="job-1",
+                    executor_id=i,
+                    attempt=0,
+                    host=f"10.0.{i // 250 % 250}.{i % 250 + 1}",
+                    port=20000 + i % 40000,
+                ),
+            )
             for i in range(records)
-        ]  # fmt: skip
+        ]
         commits: list[float] = []
         t0 = time.perf_counter()
         for start in range(0, records, batch):

@@ -588,8 +588,16 @@ class Member:
             return False
         hb_id = next(conn.ids)
         conn.heartbeats[hb_id] = self
-        frame = encode_frame({"op": "heartbeat", "id": hb_id, "job": conn.job,
-                              "executor_id": self.executor_id, "attempt": 0, "meta": {}})  # fmt: skip
+        frame = encode_frame(
+            {
+                "op": "heartbeat",
+                "id": hb_id,
+                "job": conn.job,
+                "executor_id": self.executor_id,
+                "attempt": 0,
+                "meta": {},
+            }
+        )
         self.hb_t0 = time.perf_counter()
         conn.transport.write(frame)
         return True
@@ -638,24 +646,41 @@ class SharedConn(asyncio.Protocol):
                 member.beater.answered(member, msg, now)  # type: ignore[arg-type]
             elif isinstance(msg, m.Challenge):
                 proof = auth.client_proof(self.token, msg.nonce, "node", self.job)
-                self._write(m.Hello(version=m.PROTOCOL_VERSION, role="node", job=self.job, proof=proof,
-                                    cnonce=auth.new_nonce()))  # fmt: skip
+                self._write(
+                    m.Hello(
+                        version=m.PROTOCOL_VERSION,
+                        role="node",
+                        job=self.job,
+                        proof=proof,
+                        cnonce=auth.new_nonce(),
+                    )
+                )
             elif isinstance(msg, m.Welcome):
                 if not self.welcomed.done():
                     self.welcomed.set_result(None)
                 for mb in self.members:
                     ids = {"job": self.job, "executor_id": mb.executor_id, "attempt": 0}
                     e = mb.executor_id
-                    self._write(m.Register(id=next(self.ids), host=f"10.1.{e // 250}.{e % 250}", port=20000 + e,
-                                           **ids))  # fmt: skip
+                    self._write(
+                        m.Register(
+                            id=next(self.ids), host=f"10.1.{e // 250}.{e % 250}", port=20000 + e, **ids
+                        )
+                    )
                     self._write(m.AwaitCluster(id=next(self.ids), timeout_s=AWAIT_CLUSTER_S, **ids))
                     self._write(m.AwaitStop(id=next(self.ids), timeout_s=AWAIT_STOP_S, **ids))
                 for mb in self.members:  # heartbeating from registration on, as NodeClient does
                     self.beater.add(mb)  # type: ignore[arg-type]
             elif isinstance(msg, m.ClusterReply):
                 mb = next(x for x in self.members if x.executor_id == msg.index)  # one role: index = executor
-                self._write(m.Report(id=next(self.ids), state="running", job=self.job,
-                                     executor_id=mb.executor_id, attempt=0))  # fmt: skip
+                self._write(
+                    m.Report(
+                        id=next(self.ids),
+                        state="running",
+                        job=self.job,
+                        executor_id=mb.executor_id,
+                        attempt=0,
+                    )
+                )
                 self.waiting -= 1
                 if self.waiting == 0 and not self.ready.done():
                     self.ready.set_result(None)
@@ -702,8 +727,16 @@ async def _steady_worker(
     for c in opened:
         if isinstance(c, SharedConn) and c.transport is not None:
             c.transport.close()
-    pipe.send(("result", {k: a.tobytes() for k, a in beater.latencies.items()}, beater.refused[:3],
-               len(beater.refused), beater.late, beater.tick_lag.tobytes()))  # fmt: skip
+    pipe.send(
+        (
+            "result",
+            {k: a.tobytes() for k, a in beater.latencies.items()},
+            beater.refused[:3],
+            len(beater.refused),
+            beater.late,
+            beater.tick_lag.tobytes(),
+        )
+    )
 
 
 async def _burst_worker(pipe: Pipe, port: int, job: str, token: bytes, nodes: int) -> None:
@@ -750,14 +783,28 @@ def run_burst(jobs: int, per_job: int, burst_nodes: int) -> dict[str, Any]:
         procs: list[tuple[multiprocessing.Process, Pipe]] = []
         try:
             with DriverClient(coord.address, coord.secret, owner_key=coord.owner_key) as d:
-                ids = [d.submit(JobSpec(roles=make_roles(per_job), reservation_timeout_s=PHASE_TIMEOUT_S,
-                                        name=f"steady-{j}")) for j in range(jobs)]  # fmt: skip
+                ids = [
+                    d.submit(
+                        JobSpec(
+                            roles=make_roles(per_job),
+                            reservation_timeout_s=PHASE_TIMEOUT_S,
+                            name=f"steady-{j}",
+                        )
+                    )
+                    for j in range(jobs)
+                ]
                 tokens = {job: d.job_token(job) for job in ids}
-                big = d.submit(JobSpec(roles=make_roles(burst_nodes), reservation_timeout_s=PHASE_TIMEOUT_S,
-                                       name="burst"))  # fmt: skip
+                big = d.submit(
+                    JobSpec(
+                        roles=make_roles(burst_nodes), reservation_timeout_s=PHASE_TIMEOUT_S, name="burst"
+                    )
+                )
                 big_token = d.job_token(big)
-            conns = [(job, tokens[job], list(range(i, min(i + per_conn, per_job))))
-                     for job in ids for i in range(0, per_job, per_conn)]  # fmt: skip
+            conns = [
+                (job, tokens[job], list(range(i, min(i + per_conn, per_job))))
+                for job in ids
+                for i in range(0, per_job, per_conn)
+            ]
             steady = _spawn(_steady_worker, coord.port, conns, DEFAULT_HEARTBEAT_INTERVAL_S)
             procs.append(steady)
             ready = _recv(steady[1])

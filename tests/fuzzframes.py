@@ -378,15 +378,29 @@ async def run_plan(
                 key = auth.job_token(gen.secret, job, gen.owner)  # type: ignore[arg-type]
             else:
                 key = gen.admin_secret if role == "admin" else gen.secret
-            hello = m.Hello(version=m.PROTOCOL_VERSION, role=role, job=job, owner=owner,
-                            proof=auth.client_proof(key, challenge.nonce, role, job, owner), cnonce=auth.new_nonce())  # fmt: skip
+            hello = m.Hello(
+                version=m.PROTOCOL_VERSION,
+                role=role,
+                job=job,
+                owner=owner,
+                proof=auth.client_proof(key, challenge.nonce, role, job, owner),
+                cnonce=auth.new_nonce(),
+            )
             frame = conn.send(hello)
             if plan.damage is not None:
                 damaged = plan.damage(frame, gen.rng)
                 if not damaged:  # a proper hello, with the wrong key
                     wrong = auth.client_proof(auth.new_secret(), challenge.nonce, role, job, owner)
-                    damaged = conn.send(m.Hello(version=m.PROTOCOL_VERSION, role=role, job=job, proof=wrong,
-                                                cnonce=auth.new_nonce(), owner=owner))  # fmt: skip
+                    damaged = conn.send(
+                        m.Hello(
+                            version=m.PROTOCOL_VERSION,
+                            role=role,
+                            job=job,
+                            proof=wrong,
+                            cnonce=auth.new_nonce(),
+                            owner=owner,
+                        )
+                    )
                 writer.write(damaged)
             else:
                 writer.write(frame + b"".join(plan.requests) + plan.tail)

@@ -159,8 +159,10 @@ def describe(top: str) -> str:
         return f"{top}: the real {top}{version} at {real} (tfcoord's alias steps aside)"
     if installed():
         return f"{top}: tfcoord's alias ({ALIASES[top]})"
-    return (f"{top}: not importable here (opt in to tfcoord's alias: pip install ./aliases, or run "
-            f"under tfcoord submit)")  # fmt: skip
+    return (
+        f"{top}: not importable here (opt in to tfcoord's alias: pip install ./aliases, or run "
+        f"under tfcoord submit)"
+    )
 
 
 # -- executors ------------------------------------------------------------------------------

@@ -277,8 +277,10 @@ def _admin_config(args: argparse.Namespace) -> ClientConfig:
     if not path:
         secret_file = args.secret_file or os.environ.get(SECRET_FILE_ENV)
         if not secret_file:
-            raise UsageError(f"no admin credential: pass --admin-secret-file or set {ADMIN_SECRET_FILE_ENV} "
-                             f"(tfcoord serve keeps it beside its secret file, as SECRET_FILE{ADMIN_SUFFIX})")  # fmt: skip
+            raise UsageError(
+                f"no admin credential: pass --admin-secret-file or set {ADMIN_SECRET_FILE_ENV} "
+                f"(tfcoord serve keeps it beside its secret file, as SECRET_FILE{ADMIN_SUFFIX})"
+            )
         path = secret_file + ADMIN_SUFFIX
     _check_address(address)
     return ClientConfig(address, _credential(Path(path), "admin secret", create=False), _client_tls())
@@ -600,16 +602,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     admin_file = args.admin_secret_file or f"{secret_file}{ADMIN_SUFFIX}"
     admin_secret = _credential(Path(admin_file), "admin secret", create=True)
     if hmac.compare_digest(admin_secret, secret):
-        raise UsageError(f"--admin-secret-file {admin_file} holds the coordinator secret: the admin sees and "
-                         "stops every job, drivers only their own; give it a file of its own")  # fmt: skip
+        raise UsageError(
+            f"--admin-secret-file {admin_file} holds the coordinator secret: the admin sees and "
+            "stops every job, drivers only their own; give it a file of its own"
+        )
     http_token = None
     if args.http_token_file:
         http_token = _separate_http_token(args.http_token_file, secret_file, secret)
     http_admin_token = None
     if args.http_admin_token_file:
         http_admin_token = _credential(Path(args.http_admin_token_file), "HTTP admin token", create=True)
-        for other, name in ((http_token, "--http-token-file"), (secret, "the coordinator secret"),
-                            (admin_secret, "the admin secret")):  # fmt: skip
+        for other, name in (
+            (http_token, "--http-token-file"),
+            (secret, "the coordinator secret"),
+            (admin_secret, "the admin secret"),
+        ):
             if other is not None and hmac.compare_digest(http_admin_token, other):
                 raise UsageError(
                     f"--http-admin-token-file {args.http_admin_token_file} holds the same key as {name}; "
@@ -876,12 +883,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from tfcoord.node.local import run_local
 
     if args.no_wait and (args.engine != "mesos" or not (args.address or os.environ.get(ADDRESS_ENV))):
-        where = ("its nodes are processes of this command" if args.engine == "local"
-                 else "this command is the Spark driver" if args.engine == "spark"
-                 else "an embedded coordinator ends with this command")  # fmt: skip
-        raise UsageError(f"--no-wait needs --engine mesos and a running coordinator (--address or {ADDRESS_ENV}): "
-                         f"{where}; run it in the background instead (nohup tfcoord submit ... &) and follow "
-                         "it with tfcoord status JOB")  # fmt: skip
+        where = (
+            "its nodes are processes of this command"
+            if args.engine == "local"
+            else "this command is the Spark driver"
+            if args.engine == "spark"
+            else "an embedded coordinator ends with this command"
+        )
+        raise UsageError(
+            f"--no-wait needs --engine mesos and a running coordinator (--address or {ADDRESS_ENV}): "
+            f"{where}; run it in the background instead (nohup tfcoord submit ... &) and follow "
+            "it with tfcoord status JOB"
+        )
     if args.engine == "mesos":
         return _submit_mesos(args)
     command = _command(args)
@@ -1223,8 +1236,11 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     sp.add_argument("--port", type=int, default=7070, help="TCP port; 0 picks a free one (see --port-file)")
     sp.add_argument("--port-file", help="write the bound port here once listening")
     sp.add_argument("--secret-file", help="coordinator secret (created, mode 600, if missing)")
-    sp.add_argument("--admin-secret-file", help="admin credential, for tfcoord status/stop and operators "
-                    f"(created, mode 600, if missing; default: the secret file's name + {ADMIN_SUFFIX})")  # fmt: skip
+    sp.add_argument(
+        "--admin-secret-file",
+        help="admin credential, for tfcoord status/stop and operators "
+        f"(created, mode 600, if missing; default: the secret file's name + {ADMIN_SUFFIX})",
+    )
     sp.add_argument("--state-dir", help="journal directory; without it state lives in memory only")
     sp.add_argument("--http-host", default="127.0.0.1", help="interface of the HTTP API and dashboard")
     sp.add_argument(
@@ -1314,8 +1330,11 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_env_check)
 
     def admin_flag(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--admin-secret-file", help=f"the coordinator's admin credential (default: "
-                        f"${ADMIN_SECRET_FILE_ENV}, else the secret file's name + {ADMIN_SUFFIX})")  # fmt: skip
+        sp.add_argument(
+            "--admin-secret-file",
+            help=f"the coordinator's admin credential (default: "
+            f"${ADMIN_SECRET_FILE_ENV}, else the secret file's name + {ADMIN_SUFFIX})",
+        )
 
     sp = command(
         "status",
@@ -1394,8 +1413,11 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     sp.add_argument("--evaluator", action="store_true", help="add an evaluator task")
     sp.add_argument("--name", default="")
     sp.add_argument("--reservation-timeout", type=float, default=600.0)
-    sp.add_argument("--no-wait", action="store_true",
-                    help="print the job id once submitted and exit 0 (mesos engine with a running coordinator)")  # fmt: skip
+    sp.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="print the job id once submitted and exit 0 (mesos engine with a running coordinator)",
+    )
     sp.add_argument("command", nargs=argparse.REMAINDER)
     sp.set_defaults(fn=cmd_submit)
 

@@ -545,9 +545,14 @@ def check_aliases() -> list[Result]:
         if aliases.real_location(top) is not None or aliases.installed():
             out.append(Result(OK, f"import {top}", detail))
         else:
-            out.append(Result(WARN, f"import {top}", "not importable on this driver (executors get "
-                              "tfcoord's alias from TFCluster.run)", "pip install ./aliases, or run under "
-                              "tfcoord submit"))  # fmt: skip
+            out.append(
+                Result(
+                    WARN,
+                    f"import {top}",
+                    "not importable on this driver (executors get tfcoord's alias from TFCluster.run)",
+                    "pip install ./aliases, or run under tfcoord submit",
+                )
+            )
     return out
 
 

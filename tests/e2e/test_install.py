@@ -44,10 +44,26 @@ def user_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     tmp = tmp_path_factory.mktemp("install")
     src, dist, venv = tmp / "src", tmp / "dist", tmp / "venv"
     # Build from a copy: a build writes build/ and *.egg-info next to the sources.
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "site", "*.egg-info", "build",
-                                                             "__pycache__", ".pytest_cache", ".ruff_cache"))  # fmt: skip
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist),
-         *(str(src / d) for d in DISTRIBUTIONS)])  # fmt: skip
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "site", "*.egg-info", "build", "__pycache__", ".pytest_cache", ".ruff_cache"
+        ),
+    )
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(dist),
+            *(str(src / d) for d in DISTRIBUTIONS),
+        ]
+    )
     wheels = sorted(p.name.split("-")[0] for p in dist.glob("*.whl"))
     assert wheels == ["tfcoord", "tfcoord_client", "tfcoord_coordinator", "tfcoord_node"], wheels
     # --copies: the interpreter is a file of the venv, not a link out of it. Spark 4 refuses to
@@ -71,8 +87,16 @@ def test_pip_install_then_a_local_job(user_env: Path, tmp_path: Path) -> None:
     py, tfcoord = str(user_env / "bin" / "python"), str(user_env / "bin" / "tfcoord")
     env = {"PATH": f"{user_env / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}  # nothing of this checkout
     # Installed, not found in this checkout: every part of the namespace comes from the venv.
-    where = run([py, "-c", "import tfcoord.cli, tfcoord.client, tfcoord.node.spark, tfcoord.coordinator.server as s; "
-                 "print(s.__file__, tfcoord.cli.__file__)"], env=env, cwd=tmp_path).stdout  # fmt: skip
+    where = run(
+        [
+            py,
+            "-c",
+            "import tfcoord.cli, tfcoord.client, tfcoord.node.spark, tfcoord.coordinator.server as s; "
+            "print(s.__file__, tfcoord.cli.__file__)",
+        ],
+        env=env,
+        cwd=tmp_path,
+    ).stdout
     assert str(ROOT) not in where and where.count(str(user_env)) == 2, where
     # The client alone imports nothing heavy (executors and task images load it).
     light = "import sys, tfcoord.client; print(sorted(m for m in ('aiohttp', 'pyspark') if m in sys.modules))"
@@ -81,8 +105,11 @@ def test_pip_install_then_a_local_job(user_env: Path, tmp_path: Path) -> None:
     script.write_text(
         "import json, os\nprint('task', json.loads(os.environ['TF_CONFIG'])['task']['index'])\n"
     )
-    out = run([tfcoord, "submit", "--engine", "local", "--workers", "2", "--", "python", str(script)],
-              env=env, cwd=tmp_path)  # fmt: skip
+    out = run(
+        [tfcoord, "submit", "--engine", "local", "--workers", "2", "--", "python", str(script)],
+        env=env,
+        cwd=tmp_path,
+    )
     assert sorted(re.findall(r"\[worker:(\d)\] task (\d)", out.stdout)) == [("0", "0"), ("1", "1")], (
         out.stdout
     )
@@ -117,8 +144,17 @@ def test_spark_submit_ships_a_packed_venv_with_archives(user_env: Path, tmp_path
     # .tar.gz: Spark unpacks it with tar, keeping the interpreter executable (a plain .tar it
     # unpacks itself, dropping the permission bits). Fast compression: 400 MB, most of it pyspark.
     packed = tmp_path / "tfcoord-env.tar.gz"
-    run([str(user_env / "bin" / "venv-pack"), "--prefix", str(user_env), "--output", str(packed),
-         "--compress-level", "1"])  # fmt: skip
+    run(
+        [
+            str(user_env / "bin" / "venv-pack"),
+            "--prefix",
+            str(user_env),
+            "--output",
+            str(packed),
+            "--compress-level",
+            "1",
+        ]
+    )
     app = tmp_path / "app.py"
     app.write_text(SPARK_SUBMIT_APP)
     env = {**os.environ, **LocalSparkCluster.env()}

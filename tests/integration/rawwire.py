@@ -40,8 +40,9 @@ class Raw:
         carries ``owner_key``, a fresh one unless given."""
         owner = (owner_key or auth.new_owner_key()) if role == "driver" else b""
         proof = auth.client_proof(key, self.challenge.nonce, role, job, owner)
-        return m.Hello(version=m.PROTOCOL_VERSION, role=role, job=job, proof=proof, cnonce=auth.new_nonce(),
-                       owner=owner)  # fmt: skip
+        return m.Hello(
+            version=m.PROTOCOL_VERSION, role=role, job=job, proof=proof, cnonce=auth.new_nonce(), owner=owner
+        )
 
     def login(self, key: bytes, role: str, job: str | None = None, owner_key: bytes | None = None) -> Raw:
         self.send(self.hello(key, role, job, owner_key))

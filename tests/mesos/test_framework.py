@@ -894,8 +894,20 @@ def test_serve_runs_the_framework_for_submitted_jobs(master: ThreadedFakeMaster,
         assert out.returncode == 0, out.stderr
         assert "job RUNNING -> SUCCEEDED" in out.stderr
         # --no-wait: the id, at once; the coordinator's framework runs the job on its own.
-        quick = serve.cli("submit", "--engine", "mesos", "--no-wait", "--json", "--job", "worker:1:cpus=0.5,mem=256",
-                          "--", sys.executable, "-c", "print('later')", env=dict(serve.env, **env))  # fmt: skip
+        quick = serve.cli(
+            "submit",
+            "--engine",
+            "mesos",
+            "--no-wait",
+            "--json",
+            "--job",
+            "worker:1:cpus=0.5,mem=256",
+            "--",
+            sys.executable,
+            "-c",
+            "print('later')",
+            env=dict(serve.env, **env),
+        )
         assert quick.returncode == 0, quick.stderr
         job = json.loads(quick.stdout)["job"]
         # The job is not this test's driver's (each driver sees its own): the admin credential sees it.

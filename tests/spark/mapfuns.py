@@ -361,8 +361,12 @@ def tfos_imports(args: Any, ctx: Any) -> None:
 
     import tfcoord.compat.tensorflowonspark as compat
 
-    _record(args, ctx, same=tensorflowonspark is compat and TFNode is compat.TFNode,
-            name=tensorflowonspark.__name__)  # fmt: skip
+    _record(
+        args,
+        ctx,
+        same=tensorflowonspark is compat and TFNode is compat.TFNode,
+        name=tensorflowonspark.__name__,
+    )
 
 
 def keras_fit(args: Any, ctx: Any) -> None:
@@ -377,10 +381,16 @@ def keras_fit(args: Any, ctx: Any) -> None:
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
         model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.1), loss="mse")
-    history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32), epochs=2, steps_per_epoch=10,
-                        verbose=0)  # fmt: skip
-    _record(args, ctx, keras=tf.keras.__name__, loss=history.history["loss"][-1],
-            weights=[w.tolist() for w in model.get_weights()])  # fmt: skip
+    history = model.fit(
+        tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32), epochs=2, steps_per_epoch=10, verbose=0
+    )
+    _record(
+        args,
+        ctx,
+        keras=tf.keras.__name__,
+        loss=history.history["loss"][-1],
+        weights=[w.tolist() for w in model.get_weights()],
+    )
 
 
 def record_argv(args: Any, ctx: Any) -> None:

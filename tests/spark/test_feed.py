@@ -206,8 +206,9 @@ def test_an_abandoned_failed_cluster_never_blocks_the_next_run(sc, tmp_path):
     st = cluster.driver.await_job(cluster.job, 30, raise_on_failure=False)
     assert st["state"] in ("FAILED", "STOPPED")
     # Every node of the abandoned cluster has ended, and the next run finds the executors free.
-    nxt = tfs.run(sc, mapfuns.infer_squares, args_for(tmp_path), 2, 0, input_mode=SPARK,
-                  reservation_timeout=60)  # fmt: skip
+    nxt = tfs.run(
+        sc, mapfuns.infer_squares, args_for(tmp_path), 2, 0, input_mode=SPARK, reservation_timeout=60
+    )
     try:
         assert nxt.inference(sc.parallelize(range(100), 4)).sum() == sum(x * x for x in range(100))
     finally:

@@ -21,8 +21,9 @@ from tfcoord import aliases
 def _python(code: str, *, hook: bool = False, path: list[str] = ()) -> str:
     env = dict(os.environ, TFCOORD_ALIASES="on" if hook else "off")
     env["PYTHONPATH"] = os.pathsep.join([*path, env.get("PYTHONPATH", "")]).strip(os.pathsep)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                         env=env, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -77,13 +78,16 @@ def test_a_real_tensorflowonspark_is_never_shadowed(tmp_path: Path):
     (real / "__init__.py").write_text("REAL = True\n")
     (real / "reservation.py").write_text("")
     (real / "TFNode.py").write_text("WHO = 'real'\n")
-    out = _python("""
+    out = _python(
+        """
         from tfcoord import aliases
         aliases.install()
         import tensorflowonspark, tensorflowonspark.TFNode
         print(tensorflowonspark.REAL, tensorflowonspark.TFNode.WHO)
         print(aliases.describe("tensorflowonspark"))
-    """, path=[str(tmp_path / "site")])  # fmt: skip
+    """,
+        path=[str(tmp_path / "site")],
+    )
     first, second = out.splitlines()
     assert first == "True real"
     assert second.startswith("tensorflowonspark: the real tensorflowonspark") and "steps aside" in second
@@ -93,7 +97,8 @@ def test_a_real_tensorflowonspark_is_never_shadowed(tmp_path: Path):
 def test_the_executor_shim_zip_works_without_any_install(tmp_path: Path):
     # What sc.addPyFile ships: the zip first on sys.path, no finder installed beforehand.
     zipped = aliases.shim_zip(str(tmp_path))
-    out = _python("""
+    out = _python(
+        """
         import pickle, sys
         from tfcoord import aliases
         assert not aliases.installed()
@@ -102,5 +107,7 @@ def test_the_executor_shim_zip_works_without_any_install(tmp_path: Path):
         print(T is c.TFNode, sys.modules["tensorflowonspark"] is c, aliases.installed())
         print(aliases.real_location("tensorflowonspark"))
         print(pickle.loads(pickle.dumps(T.next_batch)) is c.TFNode.next_batch)
-    """, path=[zipped])  # fmt: skip
+    """,
+        path=[zipped],
+    )
     assert out.splitlines() == ["True True True", "None", "True"]

@@ -72,8 +72,10 @@ def run_in_background(run: Callable[[Callable[[], None]], None]) -> bool:
         return head == RUNNING
     if head == FAILED:
         raise BackgroundNodeFailed(rest.decode("utf-8", "replace"))
-    raise BackgroundNodeFailed("the background node process ended before its map_fun started, without "
-                               "saying why (killed? see the executor's stderr)")  # fmt: skip
+    raise BackgroundNodeFailed(
+        "the background node process ended before its map_fun started, without "
+        "saying why (killed? see the executor's stderr)"
+    )
 
 
 def _supervise(run: Callable[[Callable[[], None]], None], w: int, owner: int) -> int:  # pragma: no cover

@@ -139,8 +139,13 @@ def result_meta(value: Any) -> dict[str, str | int | float]:
     return out
 
 
-def _request_stop(spec: NodeSpec, reason: str, ssl_context: ssl.SSLContext | None = None,
-                  quiet: bool = False, cause: FailureReason = FailureReason.STOPPED) -> None:  # fmt: skip
+def _request_stop(
+    spec: NodeSpec,
+    reason: str,
+    ssl_context: ssl.SSLContext | None = None,
+    quiet: bool = False,
+    cause: FailureReason = FailureReason.STOPPED,
+) -> None:
     """Ask the coordinator to stop this node's job (a stalled feed).
 
     ``quiet``: from a background thread; a failure is only printed (the job may have ended).
@@ -220,14 +225,17 @@ def _child(
             from .datafeed import FeedServer
 
             feed = FeedServer(
-                feed_sock, spec.token, spec.job, node,
+                feed_sock,
+                spec.token,
+                spec.job,
+                node,
                 on_terminate=lambda r: tell((FEED_TERMINATED, r)),
                 on_stall=lambda r: _request_stop(
                     spec, r, ssl_context, quiet=True, cause=FailureReason.FEED_TIMEOUT
                 ),
                 queues=spec.queues,
                 tls=feed_tls,
-            ).start()  # fmt: skip
+            ).start()
             ctx._feed = feed
         # The port must be ours alone from here: wait until the parent closed its copy.
         parent_released.wait()
@@ -559,8 +567,9 @@ def spark_partition(spec: NodeSpec) -> Callable[[Iterable[int]], None]:
     return run
 
 
-def _background_node(spec: NodeSpec, executor_id: int, attempt: int, task_id: str, resources: Any,
-                     started: Callable[[], None]) -> None:  # fmt: skip
+def _background_node(
+    spec: NodeSpec, executor_id: int, attempt: int, task_id: str, resources: Any, started: Callable[[], None]
+) -> None:
     """A background node's process (see :mod:`.background`): ``started()`` once map_fun runs."""
     role, index = spec.slots[executor_id]
     try:

@@ -28,11 +28,14 @@ def expand_classpath(environ: MutableMapping[str, str]) -> bool:
         return False
     cmd = [os.path.join(hadoop, "bin", "hadoop"), "classpath", "--glob"]
     try:
-        jars = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=HADOOP_TIMEOUT_S,
-                              env=dict(environ)).stdout.strip()  # fmt: skip
+        jars = subprocess.run(
+            cmd, capture_output=True, text=True, check=True, timeout=HADOOP_TIMEOUT_S, env=dict(environ)
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError) as e:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({e}): check HADOOP_HOME/HADOOP_PREFIX, or unset them "
-                           "when the job reads no hdfs:// paths") from None  # fmt: skip
+        raise RuntimeError(
+            f"{' '.join(cmd)} failed ({e}): check HADOOP_HOME/HADOOP_PREFIX, or unset them "
+            "when the job reads no hdfs:// paths"
+        ) from None
     environ["CLASSPATH"] = os.pathsep.join(p for p in (environ.get("CLASSPATH", ""), jars) if p)
     environ[DONE_ENV] = "1"
     return True

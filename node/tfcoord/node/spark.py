@@ -556,8 +556,10 @@ class SparkCluster:
 
     def _check_queue(self, qname: str) -> None:
         if qname not in self.queues:
-            raise ValueError(f"unknown queue {qname!r}: this cluster's queues are {list(self.queues)} "
-                             "(declare it in run(..., queues=[...]))")  # fmt: skip
+            raise ValueError(
+                f"unknown queue {qname!r}: this cluster's queues are {list(self.queues)} "
+                "(declare it in run(..., queues=[...]))"
+            )
 
     def _feed_plan(
         self, qname: str, train: bool, feed_timeout: float, *, feeding: bool = True, qname_out: str = "output"

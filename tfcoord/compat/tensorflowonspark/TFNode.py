@@ -39,8 +39,13 @@ TF_VERSION = _tf_version()
 DRAIN_QUIET_S = 5.0
 
 
-def DataFeed(mgr: Any, train_mode: bool = True, qname_in: str = "input", qname_out: str = "output",
-             input_mapping: dict[str, str] | None = None) -> Any:  # fmt: skip
+def DataFeed(
+    mgr: Any,
+    train_mode: bool = True,
+    qname_in: str = "input",
+    qname_out: str = "output",
+    input_mapping: dict[str, str] | None = None,
+) -> Any:
     """The feed ``map_fun`` reads: over the network from ``ctx.mgr`` (a tfcoord node), or over the
     queues of a ``TFManager`` (``TFManager.start``), as TensorFlowOnSpark's DataFeed."""
     if hasattr(mgr, "get_queue"):
@@ -52,8 +57,14 @@ class QueueDataFeed:
     """TensorFlowOnSpark's DataFeed over a TFManager's queues: ``None`` ends the feed, an
     ``EndPartition`` marker ends a partition (inference batches stop there)."""
 
-    def __init__(self, mgr: Any, train_mode: bool = True, qname_in: str = "input", qname_out: str = "output",
-                 input_mapping: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        mgr: Any,
+        train_mode: bool = True,
+        qname_in: str = "input",
+        qname_out: str = "output",
+        input_mapping: dict[str, str] | None = None,
+    ) -> None:
         self.mgr = mgr
         self.train_mode = train_mode
         self.qname_in = qname_in

@@ -18,13 +18,28 @@ class TFNodeContext(_Context):
     (``ctx.mgr``, what ``TFNode.DataFeed`` reads: a tfcoord feed server or a TFManager).
     """
 
-    def __init__(self, executor_id: int = 0, job_name: str = "", task_index: int = 0,
-                 cluster_spec: dict[str, list[str]] | None = None, defaultFS: str = "file://",
-                 working_dir: str = ".", mgr: Any = None, **kw: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        executor_id: int = 0,
+        job_name: str = "",
+        task_index: int = 0,
+        cluster_spec: dict[str, list[str]] | None = None,
+        defaultFS: str = "file://",
+        working_dir: str = ".",
+        mgr: Any = None,
+        **kw: Any,
+    ) -> None:
         spec = dict(cluster_spec or {})
         kw.setdefault("num_workers", sum(len(v) for k, v in spec.items() if k in _TRAINING_ROLES))
-        super().__init__(executor_id=executor_id, job_name=job_name, task_index=task_index, cluster_spec=spec,
-                         defaultFS=defaultFS, working_dir=working_dir, **kw)  # fmt: skip
+        super().__init__(
+            executor_id=executor_id,
+            job_name=job_name,
+            task_index=task_index,
+            cluster_spec=spec,
+            defaultFS=defaultFS,
+            working_dir=working_dir,
+            **kw,
+        )
         self._feed = mgr
 
 

@@ -11,5 +11,15 @@ from tfcoord.node.spark import InputMode
 
 from . import TFCluster, TFManager, TFNode, TFParallel, TFSparkNode, compat, gpu_info, marker, util
 
-__all__ = ["InputMode", "TFCluster", "TFManager", "TFNode", "TFParallel", "TFSparkNode", "compat", "gpu_info",
-           "marker", "util"]  # fmt: skip
+__all__ = [
+    "InputMode",
+    "TFCluster",
+    "TFManager",
+    "TFNode",
+    "TFParallel",
+    "TFSparkNode",
+    "compat",
+    "gpu_info",
+    "marker",
+    "util",
+]
