@@ -32,10 +32,11 @@ directory). tfcoord's node also runs in the background of its executor once star
 (its Spark task returns); its feeding tasks stream to the nodes over TCP from whichever
 executor runs them.
 
-TensorFlowOnSpark must be importable by the driver and the executors: ``make bench``
-installs it (``pip install --no-deps tensorflowonspark==2.2.5``: its own requirements pin
-old packages it does not need here), or ``--tfos-path DIR`` for a ``pip install --target
-DIR`` tree.
+TensorFlowOnSpark must be importable by the driver and the executors: run this under
+``.venv-bench/bin/python`` (``make bench-feed`` makes that venv: .venv's packages plus the
+anchors, ``pip install --no-deps tensorflowonspark==2.2.5``, since its own requirements pin
+old packages it does not need here), or pass ``--tfos-path DIR`` for a ``pip install
+--target DIR`` tree.
 
 Output: one JSON line per system per run, then a summary with the shape, median rates
 and the ratio tfcoord / TensorFlowOnSpark (target >= 20).

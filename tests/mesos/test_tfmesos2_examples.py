@@ -37,7 +37,7 @@ from tfcoord import aliases
 EXAMPLES = Path(__file__).with_name("tfmesos2_examples")
 #: Three TensorFlow imports in the tasks and one in the driver, on two cores.
 RUN_TIMEOUT_S = 240
-#: Where a real tfmesos2 is installed (``make bench`` installs it beside tfcoord), the alias
+#: Where a real tfmesos2 is installed (a ``pip install tfmesos2``; ``make bench`` keeps it in .venv-bench), the alias
 #: steps aside for it; the example then runs with the name bound to tfcoord's module, unchanged.
 ALIASED = (
     "import importlib, runpy, sys\n"

@@ -294,7 +294,9 @@ def test_tensorflowonspark_imports_work_on_executors_without_an_install(sc, tmp_
     from tfcoord import aliases
 
     if aliases.real_location("tensorflowonspark") is not None:
-        pytest.skip("a real TensorFlowOnSpark is installed here (make bench): the alias rightly steps aside")
+        pytest.skip(
+            "a real TensorFlowOnSpark is installed here (pip install tensorflowonspark): the alias rightly steps aside"
+        )
     aliases.install()  # the driver imported tensorflowonspark through the alias (.pth or tfcoord submit)
     import tensorflowonspark
     from tensorflowonspark import TFCluster

@@ -30,7 +30,7 @@ def _python(code: str, *, hook: bool = False, path: list[str] = ()) -> str:
 
 real_tfos = pytest.mark.skipif(
     aliases.real_location("tensorflowonspark") is not None,
-    reason="a real TensorFlowOnSpark is installed here (make bench): the alias rightly steps aside",
+    reason="a real TensorFlowOnSpark is installed here (pip install tensorflowonspark; make bench keeps it in .venv-bench): the alias rightly steps aside",
 )
 
 
