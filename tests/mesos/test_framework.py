@@ -733,9 +733,12 @@ async def test_an_offer_in_the_turn_a_job_fails_places_none_of_its_tasks() -> No
 
 # -- tfcoord submit --engine mesos --------------------------------------------------------------
 
+#: Each task writes its TF_CONFIG to DIR/ROLEINDEX, through a rename: the ps is stopped
+#: whenever both workers have succeeded, which may be halfway through its write.
 PRINT_TASK = (
     "import json, os, pathlib, sys; c = json.loads(os.environ['TF_CONFIG']); t = c['task']; "
-    "pathlib.Path(sys.argv[1], f\"{t['type']}{t['index']}\").write_text(json.dumps(c)); print(t)"
+    "p = pathlib.Path(sys.argv[1], f\"{t['type']}{t['index']}\"); "
+    "p.with_suffix('.part').write_text(json.dumps(c)); p.with_suffix('.part').rename(p); print(t)"
 )
 
 
@@ -777,7 +780,7 @@ def test_submit_engine_mesos_runs_a_user_command_end_to_end(
         str(tmp_path),
     )
     assert out.returncode == 0, out.stderr
-    configs = {p.name: json.loads(p.read_text()) for p in tmp_path.iterdir()}
+    configs = {p.name: json.loads(p.read_text()) for p in tmp_path.iterdir() if not p.suffix}
     # The ps runs the command too, but is stopped as soon as both workers succeeded.
     assert {"worker0", "worker1"} <= set(configs) <= {"ps0", "worker0", "worker1"}
     cluster_spec = configs["worker0"]["cluster"]
