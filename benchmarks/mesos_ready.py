@@ -138,10 +138,10 @@ def run_tfcoord(master: str) -> dict[str, Any]:
 def run_tfmesos2(master: str, python: str) -> dict[str, Any]:
     # The scheduler runs under the interpreter its tasks will use, with this environment's
     # packages on PYTHONPATH: tfmesos2 hands its sys.path to the tasks, so a scheduler on
-    # another interpreter would give them a standard library that is not theirs.
-    env = dict(
-        os.environ, MESOS_MASTER=master, MESOS_SSL="false", PYTHONPATH=sysconfig.get_paths()["purelib"]
-    )
+    # another interpreter would give them a standard library that is not theirs. Every
+    # site-packages of this one: .venv-bench holds tfmesos2 and sees the rest in .venv.
+    sites = [p for p in sys.path if p.endswith("site-packages")] or [sysconfig.get_paths()["purelib"]]
+    env = dict(os.environ, MESOS_MASTER=master, MESOS_SSL="false", PYTHONPATH=os.pathsep.join(sites))
     t0 = time.monotonic()
     try:
         out = subprocess.run(
