@@ -76,6 +76,56 @@ def test_rendezvous_of_several_nodes(coordinator, background):
     assert infos[3].num_workers == 4
 
 
+def test_a_cluster_completion_in_chunks_reaches_every_node(coordinator, background):
+    # Two nodes per CompleteCluster: the server hands in the rest of the completion on its
+    # next loop turns, and every node still gets the one spec with its own role and index.
+    coordinator.call(lambda: setattr(coordinator.server.state, "complete_per_event", 2))
+    with _driver(coordinator) as d:
+        job = d.submit(JobSpec(roles=make_roles(5), reservation_timeout_s=30))
+        for i in range(5):
+            background.start(_rendezvous, coordinator, d, job, i, 6100 + i)
+        infos = background.results()
+        status = d.await_job(job, 30)
+        assert status["state"] == "SUCCEEDED"
+        assert coordinator.call(lambda: coordinator.server.state.jobs[job].completing) is None
+    expected = {"worker": [f"127.0.0.1:{6100 + i}" for i in range(5)]}
+    assert [i.cluster for i in infos] == [expected] * 5
+    assert [(i.role, i.index) for i in infos] == [("worker", i) for i in range(5)]
+
+
+def test_a_restart_goes_through_a_journaled_completion_and_finishes_a_cut_one(tmp_path):
+    from tfcoord.client import auth
+    from tfcoord.coordinator import state as s
+    from tfcoord.coordinator.journal import SqliteJournal
+    from tfcoord.coordinator.server import CoordinatorServer, ServerConfig
+
+    journal = SqliteJournal(tmp_path)
+    journal.append(s.SubmitJob(now=1.0, job="j", spec=JobSpec(roles=make_roles(5)), owner=b"o"))
+    for i in range(5):
+        req = m.Register(id=1, job="j", executor_id=i, attempt=0, host="10.0.0.1", port=7000 + i)
+        journal.append(s.RegisterNode(now=2.0, req=req))
+    journal.append(s.CompleteCluster(now=3.0, job="j", upto=2))  # then killed
+    journal.commit()
+    server = CoordinatorServer(
+        ServerConfig(secret=auth.new_secret()),
+        journal=journal,
+        state=s.CoordinatorState(complete_per_event=2),
+    )
+    try:
+        server.recover()
+        server.state.validate()
+        job = server.state.jobs["j"]
+        assert job.state.value == "READY" and job.completing is None
+        ready = [(when, text) for when, text in job.events if text.endswith(" READY") and "worker:" in text]
+        assert [text for _, text in ready] == [f"worker:{i} READY" for i in range(5)]
+        # The journaled step at its own time, the rest at the restart (Recovered).
+        assert [when for when, _ in ready[:2]] == [3.0, 3.0] and all(when > 3.0 for when, _ in ready[2:])
+        assert [n.state.value for n in job.nodes()] == ["READY"] * 5
+    finally:
+        server._committer.shutdown()
+        journal.close()
+
+
 def test_failure_propagates_to_every_node_and_the_driver(coordinator, background):
     with _driver(coordinator) as d:
         job = d.submit(JobSpec(roles=make_roles(3), reservation_timeout_s=30))

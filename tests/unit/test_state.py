@@ -26,7 +26,14 @@ from tfcoord.client.messages import JobSpec
 from tfcoord.client.protocol import decode_spec, pack
 from tfcoord.client.vocab import FailureReason
 from tfcoord.coordinator import state as s
-from tfcoord.coordinator.journal import FILENAME, SqliteJournal, StateDirError, decode_event, encode_event
+from tfcoord.coordinator.journal import (
+    FILENAME,
+    SqliteJournal,
+    StateDirError,
+    decode_event,
+    encode_event,
+    event_job,
+)
 from tfcoord.coordinator.state import (
     JOB_TRANSITIONS,
     NODE_TRANSITIONS,
@@ -90,27 +97,51 @@ class Call:
 
 
 class Harness:
-    """A CoordinatorState, the answers it gave and the events it journaled."""
+    """A CoordinatorState, the answers it gave and the events it journaled.
 
-    def __init__(self) -> None:
-        self.state = CoordinatorState()
+    A cluster completion that goes on (``Continue``) is finished at once, as the server
+    does on its next loop turns, unless ``continue_at_once`` is False: then ``continuing``
+    lists the jobs, and the test hands in each ``CompleteCluster`` itself."""
+
+    def __init__(self, state: CoordinatorState | None = None, *, continue_at_once: bool = True) -> None:
+        self.state = state or CoordinatorState()
+        self.continue_at_once = continue_at_once
+        self.continuing: list[str] = []
         self.now = T0
         self.answers: dict[Waiter, m.Message] = {}
         self.journal: list[s.Event] = []
-        self.effects: list[s.Effect] = []  # of the last event
+        self.effects: list[s.Effect] = []  # of the last event, and of the completion it went on with
         self._ids = itertools.count(1)
 
     def handle(self, event: s.Event) -> list[s.Effect]:
-        self.effects = self.state.handle(event)
+        self.effects = effects = self.state.handle(event)
         self.state.validate()
-        for eff in self.effects:
-            if isinstance(eff, s.Send):
-                waiter = (eff.conn, eff.msg.id)  # type: ignore[attr-defined]
-                assert waiter not in self.answers, f"{waiter} answered twice"
-                self.answers[waiter] = eff.msg
-            elif isinstance(eff, s.Journal):
-                self.journal.append(eff.event)
+        while effects:
+            going = []
+            for eff in effects:
+                if isinstance(eff, s.Send):
+                    waiter = (eff.conn, eff.msg.id)  # type: ignore[attr-defined]
+                    assert waiter not in self.answers, f"{waiter} answered twice"
+                    self.answers[waiter] = eff.msg
+                elif isinstance(eff, s.Journal):
+                    self.journal.append(eff.event)
+                elif isinstance(eff, s.Continue):
+                    going.append(eff.job)
+            effects = []
+            for job in going:
+                if not self.continue_at_once:
+                    self.continuing.append(job)
+                    continue
+                more = self.state.handle(s.CompleteCluster(now=event.now, job=job))
+                self.state.validate()
+                self.effects += more
+                effects += more
         return self.effects
+
+    def go_on(self, job: str = "j", *, now: float | None = None) -> list[s.Effect]:
+        """Hand in the ``CompleteCluster`` a ``Continue`` asked for (``continue_at_once`` False)."""
+        self.continuing.remove(job)
+        return self.handle(s.CompleteCluster(now=self._at(now), job=job))
 
     def _at(self, now: float | None) -> float:
         return self.now if now is None else now
@@ -508,6 +539,136 @@ def test_a_newer_attempt_after_ready_fails_the_job(h: Harness) -> None:
     assert (err.code, err.message) == ("job_failed", job.error)
     assert stop.result["stop"] is True
     assert isinstance(h.journal[-1], s.RegisterNode)
+
+
+# -- a cluster completion in chunks (``Continue`` / ``CompleteCluster``) ---------------------
+
+
+def _chunked(per_event: int = 2) -> Harness:
+    """A harness whose state completes a cluster ``per_event`` nodes per event, and which
+    leaves handing in each ``CompleteCluster`` to the test, as the server's later turns do."""
+    return Harness(CoordinatorState(complete_per_event=per_event), continue_at_once=False)
+
+
+def _waiting_five(h: Harness) -> list[Call]:
+    """A five-worker job, four nodes registered and waiting for the cluster."""
+    h.submit(spec(("worker", 5)))
+    waits = []
+    for eid in range(4):
+        h.register(eid)
+        waits.append(h.await_cluster(eid))
+    return waits
+
+
+def test_a_cluster_completion_goes_on_a_chunk_of_nodes_per_event() -> None:
+    h = _chunked()
+    waits = _waiting_five(h)
+    watch = h.watch(h.job().version + 1)
+    assert h.register(4).result["state"] == "READY"
+    # The job is READY at once, with its spec; its nodes follow, a chunk per event.
+    assert h.job().state is J.READY and h.job().spec_blob is not None and h.continuing == ["j"]
+    assert {n["state"] for n in h.status()["nodes"]} == {"REGISTERED"}
+    assert all(w.pending for w in waits)
+    assert watch.result["state"] == "READY"  # the completing event wakes watchers
+    watch = h.watch(h.job().version)
+    effects = h.go_on()
+    assert [n["state"] for n in h.status()["nodes"]] == ["READY", "READY"] + ["REGISTERED"] * 3
+    assert h.job().in_state == {N.READY: 2, N.REGISTERED: 3}
+    assert [w.pending for w in waits] == [False, False, True, True]
+    assert [type(e) for e in effects].count(s.Send) == 2
+    assert h.continuing == ["j"] and s.Continue("j") in effects
+    # A node not reached yet that asks again is answered at once, with the same bytes.
+    assert h.await_cluster(4).cluster.spec is h.job().spec_blob
+    h.go_on()
+    assert [w.pending for w in waits] == [False] * 4
+    assert watch.pending  # watchers hear once the completion is over
+    h.go_on()
+    assert h.continuing == [] and h.job().completing is None
+    assert watch.result["state"] == "READY"
+    assert {n["state"] for n in h.status()["nodes"]} == {"READY"}
+    assert [(w.cluster.role, w.cluster.index) for w in waits] == [("worker", i) for i in range(4)]
+    assert all(w.cluster.spec is h.job().spec_blob for w in waits)
+
+
+def test_a_chunked_completion_ends_as_the_whole_one_in_one_event() -> None:
+    whole, chunked = Harness(), _chunked()
+    for h in (whole, chunked):
+        _waiting_five(h)
+        h.register(4)
+        h.await_stop(0)
+        while h.continuing:
+            h.go_on()
+    assert whole.answers == chunked.answers
+    assert whole.status() == chunked.status()  # the timeline too, line by line
+
+
+def test_a_node_that_reports_before_its_chunk_keeps_its_state() -> None:
+    h = _chunked()
+    waits = _waiting_five(h)
+    h.register(4)
+    h.report(3)  # it had its spec from elsewhere (a second connection's wait)
+    assert h.node(3).state is N.RUNNING
+    while h.continuing:
+        h.go_on()
+    assert h.node(3).state is N.RUNNING and waits[3].cluster.index == 3
+    assert {k: v for k, v in h.job().in_state.items() if v} == {N.READY: 4, N.RUNNING: 1}
+
+
+def test_a_job_that_fails_during_its_completion_refuses_the_waits_left() -> None:
+    h = _chunked()
+    waits = _waiting_five(h)
+    h.register(4)
+    h.go_on()
+    h.report(0, "failed", error=TRACEBACK)
+    assert h.job().state is J.FAILED
+    assert [w.msg.code for w in waits[2:]] == ["job_failed", "job_failed"]  # type: ignore[union-attr]
+    effects = h.go_on()
+    assert not any(isinstance(e, (s.Send, s.Continue)) for e in effects)
+    assert h.job().completing is None
+    # The nodes it had not reached stay REGISTERED (live; their stop waits tell them).
+    assert [h.node(i).state for i in range(5)] == [
+        N.FAILED,
+        N.READY,
+        N.REGISTERED,
+        N.REGISTERED,
+        N.REGISTERED,
+    ]
+
+
+def test_a_node_that_disconnects_before_its_chunk_gets_no_answer_but_turns_ready() -> None:
+    h = _chunked()
+    waits = _waiting_five(h)
+    h.register(4)
+    h.disconnect(node_conn(3))
+    while h.continuing:
+        h.go_on()
+    assert waits[3].pending and h.node(3).state is N.READY
+    assert h.state._waits == {} or all(w.kind != "cluster" for w in h.state._waits.values())
+
+
+def test_a_completion_is_journaled_step_by_step_and_replays_the_same() -> None:
+    h = _chunked()
+    _waiting_five(h)
+    h.register(4)
+    h.report(2)  # before its chunk reached it: RUNNING, and never READY
+    while h.continuing:
+        h.go_on()
+    steps = [ev for ev in h.journal if isinstance(ev, s.CompleteCluster)]
+    assert [ev.upto for ev in steps] == [2, 4, 5]
+    assert [decode_event(*encode_event(ev)) for ev in steps] == steps
+    # A replay goes through the same steps (whatever its own chunk size): the same timeline.
+    again = replay(h.journal, T0)
+    assert comparable(again.status("j")) == comparable(h.status())
+    assert "worker:2 READY" not in [text for _, text in h.status()["events"]]
+
+
+def test_a_completion_cut_short_by_a_restart_is_finished_by_recovered() -> None:
+    h = _chunked()
+    _waiting_five(h)
+    h.register(4)  # killed here: the steps after the first were never journaled
+    again = replay(h.journal, T0 + 1)
+    assert [n["state"] for n in again.status("j")["nodes"]] == ["READY"] * 5
+    assert again.jobs["j"].completing is None and again.jobs["j"].state is J.READY
 
 
 def test_a_lower_attempt_is_stale(h: Harness) -> None:
@@ -1439,6 +1600,7 @@ JOURNALED_KINDS = {
     s.ReservationExpired,
     s.EngineTaskUpdate,
     s.EngineJobFailed,
+    s.CompleteCluster,
 }
 EXPECTED_STATE = {
     "succeeded": J.SUCCEEDED,
@@ -1630,7 +1792,7 @@ def test_a_forgotten_job_leaves_the_journal_and_a_replay(tmp_path: Path) -> None
         events = list(journal.replay())
     finally:
         journal.close()
-    assert events and {e.job if isinstance(e, s.SubmitJob) else e.req.job for e in events} == {"b"}  # type: ignore[attr-defined]
+    assert events and {event_job(e) for e in events} == {"b"}
     assert set(replay(events, now=T0 + s.FORGET_GRACE_S).jobs) == {"b"}
 
 

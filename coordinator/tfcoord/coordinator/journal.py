@@ -120,6 +120,8 @@ def encode_event(ev: s.Event) -> tuple[str, bytes]:
         }
     elif isinstance(ev, s.EngineJobFailed):
         body = {"job": ev.job, "reason": ev.reason}
+    elif isinstance(ev, s.CompleteCluster):
+        body = {"job": ev.job, "upto": ev.upto}
     else:
         raise TypeError(f"{type(ev).__name__} is not a journaled event")
     body["now"] = ev.now
@@ -165,6 +167,8 @@ def decode_event(kind: str, data: bytes) -> s.Event:
         )
     if kind == "EngineJobFailed":
         return s.EngineJobFailed(now=now, job=b["job"], reason=b["reason"])
+    if kind == "CompleteCluster":
+        return s.CompleteCluster(now=now, job=b["job"], upto=b["upto"])
     raise ValueError(f"unknown journal record kind {kind!r}")
 
 

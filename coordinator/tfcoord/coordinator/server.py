@@ -676,6 +676,8 @@ class CoordinatorServer:
         #: connections whose next request waits for a later turn, oldest first.
         self._bulk_until: float | None = None
         self._deferred: deque[_Peer] = deque()
+        #: Jobs whose cluster completion goes on (``state.Continue``), served first each turn.
+        self._completing: deque[str] = deque()
         #: One thread, so commits run one at a time and in order.
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="tfcoord-journal")
         self._timer: asyncio.TimerHandle | None = None
@@ -739,6 +741,8 @@ class CoordinatorServer:
         """Replay the journal into the state; returns the number of events replayed."""
         n = 0
         for event in self.journal.replay():
+            # A cluster completion goes on as journaled (CompleteCluster records); one the
+            # coordinator was stopped in the middle of is finished by Recovered.
             self.state.handle(event)
             n += 1
         # What came due meanwhile (reservation deadlines, jobs to forget) is carried out by
@@ -937,8 +941,11 @@ class CoordinatorServer:
             self._deferred.append(peer)
 
     def _next_turn(self) -> None:
-        """A new loop turn: a new budget, spent first on the connections that waited longest."""
+        """A new loop turn: a new budget, spent first on cluster completions that go on (a
+        chunk of nodes per event), then on the connections that waited longest."""
         self._bulk_until = None
+        while self._completing and self.bulk_allowed():
+            self.apply(s.CompleteCluster(now=time.time(), job=self._completing.popleft()))
         while self._deferred and self.bulk_allowed():
             self._deferred.popleft().resume_stalled()
 
@@ -963,6 +970,11 @@ class CoordinatorServer:
                 self._appended += 1
                 self._dirty[eff.job] = self._appended
                 journaled = True
+            elif isinstance(eff, s.Continue):
+                # The rest of a cluster completion, on later turns (``_next_turn``): what a
+                # turn does in between is every other connection's liveness traffic.
+                self._completing.append(eff.job)
+                self.bulk_allowed()  # makes sure a next turn is scheduled
             elif log_changes:
                 # One line per state change, the job (and node, state) also as fields for JSON logs.
                 log.info(

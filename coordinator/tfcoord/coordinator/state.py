@@ -8,6 +8,14 @@ carries out. Time is an argument (``event.now``, wall-clock seconds, because
 deadlines must survive a coordinator restart and monotonic clocks do not), so
 every timeout is tested without sleeping.
 
+A job's cluster completion (every node READY, every cluster wait answered) is O(nodes):
+the registration that fills the last slot only encodes the spec and makes the job READY,
+and asks with a :class:`Continue` effect for the rest, which the server hands in as
+:class:`CompleteCluster` events of :data:`COMPLETE_PER_EVENT` nodes each on its next loop
+turns (so at 10,000 nodes other jobs' heartbeats are answered in between). Each is
+journaled with the slot it reached, so a replay goes through the same steps in the same
+order.
+
 Durability is event sourcing: every event that changes state is returned as a
 :class:`Journal` effect, including the ones this module derives itself when a
 deadline passes (:class:`NodeLost`, :class:`ReservationExpired`). Replaying the
@@ -82,6 +90,10 @@ FORGET_GRACE_S = 300.0
 #: What a node shows about itself (TensorBoard URL, progress figures) is a few hundred
 #: characters; its merged metadata is kept under this, oldest keys dropped first.
 MAX_META_CHARS = 8 * 1024
+#: Nodes made READY (their cluster waits answered) per event when a job's cluster forms;
+#: the rest follow in :class:`CompleteCluster` events. 256 nodes are about 2 ms of work,
+#: where a whole 10,000-node job in one event was a 60-90 ms turn every heartbeat waited behind.
+COMPLETE_PER_EVENT = 256
 #: Stale timer entries tolerated before the heap is compacted (see ``_compact_timers``).
 STALE_TIMER_SLACK = 256
 #: Earlier attempts a slot remembers (the newest ones): enough to tell a retry story, while
@@ -280,6 +292,16 @@ class ServingGraceExpired(Event):
 
 
 @dataclass(frozen=True)
+class CompleteCluster(Event):
+    """Go on with a job's cluster completion (the answer to a :class:`Continue`): the nodes
+    of the next slots become READY and their cluster waits are answered, up to slot
+    ``upto`` (excluded); -1: the next ``complete_per_event``. Journaled with ``upto`` set."""
+
+    job: str
+    upto: int = -1
+
+
+@dataclass(frozen=True)
 class Recovered(Event):
     """The coordinator restarted: no connection survived, so every live node gets a fresh grace."""
 
@@ -350,7 +372,17 @@ class Forget:
     job: str
 
 
-Effect = Send | Journal | Log | Forget
+@dataclass(frozen=True)
+class Continue:
+    """The job's cluster completion is not finished: hand in a :class:`CompleteCluster` for
+    it, on a later loop turn (at once when replaying). Until then some of its nodes are
+    still REGISTERED and their cluster waits pending, though the job is READY and a new
+    ``await_cluster`` is answered at once."""
+
+    job: str
+
+
+Effect = Send | Journal | Log | Forget | Continue
 
 
 # -- domain objects -----------------------------------------------------------------------
@@ -456,6 +488,9 @@ class Job:
     filled: int = 0
     #: No slot before this one is empty (a hint for :meth:`CoordinatorState.brief`).
     first_missing: int = 0
+    #: While the cluster completion goes on (see :class:`Continue`): the first slot whose
+    #: node is not yet READY and whose cluster waits are not yet answered; None otherwise.
+    completing: int | None = None
     #: Nodes now in a slot, by state (kept for the same reason: every "are all nodes ..."
     #: question of a report is O(1), not a scan of a 10,000-node job).
     in_state: dict[NodeState, int] = field(default_factory=dict)
@@ -566,10 +601,14 @@ class CoordinatorState:
     """Every job the coordinator holds. Mutated only through :meth:`handle`."""
 
     def __init__(
-        self, keep_finished: int = KEEP_FINISHED_JOBS, keep_finished_s: float = KEEP_FINISHED_S
+        self,
+        keep_finished: int = KEEP_FINISHED_JOBS,
+        keep_finished_s: float = KEEP_FINISHED_S,
+        complete_per_event: int = COMPLETE_PER_EVENT,
     ) -> None:
         self.keep_finished = keep_finished
         self.keep_finished_s = keep_finished_s
+        self.complete_per_event = max(1, complete_per_event)
         self.jobs: dict[str, Job] = {}
         #: Finished jobs in the order they ended (oldest first): the ones to forget first.
         self._finished: deque[str] = deque()
@@ -613,6 +652,7 @@ class CoordinatorState:
             NodeLost: self._node_lost,
             ReservationExpired: self._reservation_expired,
             Recovered: self._recovered,
+            CompleteCluster: self._complete_cluster,
             EngineTaskUpdate: self._engine_task_update,
             EngineJobFailed: self._engine_job_failed,
         }
@@ -739,6 +779,8 @@ class CoordinatorState:
             assert job.terminal == (job.ended_at is not None), (job.id, job.state)
             if job.state in (J.READY, J.RUNNING) or (job.spec_blob is not None):
                 assert job.spec_blob is not None and not job.missing(), job.id
+            if job.completing is not None:
+                assert job.spec_blob is not None and 0 <= job.completing < len(job.slots), job.id
             if job.state == J.FAILED:
                 assert job.error, job.id
             if job.state == J.SUCCEEDED:
@@ -775,6 +817,11 @@ class CoordinatorState:
         assert all(j.terminal for j in finished), "a job in the finished queue is not finished"
         for w, wait in self._waits.items():
             assert wait.job in self.jobs or wait.kind == "job", w
+            if wait.kind == "cluster" and self.jobs[wait.job].spec_blob is not None:
+                # A formed cluster's waits are answered slot by slot: only the ones its
+                # completion (see ``Continue``) has not reached yet are left.
+                going = self.jobs[wait.job].completing
+                assert going is not None and wait.executor_id >= going, (w, going)
             assert w in self._waits_by_job.get(wait.job, {}).get(wait.kind, ()), w
             if wait.executor_id >= 0:
                 assert w in self._waits_by_node[(wait.job, wait.kind, wait.executor_id)], w
@@ -1451,52 +1498,85 @@ class CoordinatorState:
         }
 
     def _cluster_complete(self, job: Job, now: float) -> None:
-        """Every slot is filled: the spec, encoded once; every node READY; every cluster wait
-        answered. One event for the whole job, on the loop, so per node it does only what
-        ``_set_node`` and ``_pop_wait`` would (same effects, same order), without their
-        per-call checks: 10,000 nodes' worth was a 110 ms turn that heartbeats waited behind.
-        """
-        job.spec_blob = encode_spec(self.cluster_spec(job))  # once; every node gets these bytes
+        """Every slot is filled: the spec, encoded once (every node gets these bytes), and the
+        job READY; every node READY and every cluster wait answered follow in
+        :class:`CompleteCluster` events, a chunk of nodes each (see :class:`Continue`)."""
+        job.spec_blob = encode_spec(self.cluster_spec(job))
         self._set_job(job, "complete", now)
+        job.completing = 0
+        self._effects.append(Continue(job.id))
+
+    def _complete_cluster(self, ev: CompleteCluster) -> None:
+        job = self.jobs.get(ev.job)
+        if job is not None:
+            upto = self._complete_some(job, ev.now, ev.upto)
+            if upto is not None:
+                self._journal(CompleteCluster(now=ev.now, job=job.id, upto=upto))
+
+    def _complete_some(self, job: Job, now: float, upto: int = -1) -> int | None:
+        """The next slots of a completing job, up to ``upto`` (-1: the next
+        :attr:`complete_per_event`): each node READY (unless it reported meanwhile), each of
+        its cluster waits answered; per node only what ``_set_node`` and ``_pop_wait`` would
+        do (same effects, same order). Returns the slot it stopped before (None: nothing done)."""
+        first = job.completing
+        if first is None:
+            return None
+        if job.state not in (J.READY, J.RUNNING):
+            # Failed or stopping meanwhile: the cluster waits left were refused with it,
+            # and nodes not yet READY stay as they are (live, told to stop by their waits).
+            job.completing = None
+            return None
+        spec = job.spec_blob
+        assert spec is not None  # set with ``completing``
+        slots = job.slots
+        last = min(len(slots), first + self.complete_per_event if upto < 0 else max(upto, first + 1))
         ready = _next(NODE_TRANSITIONS, N.REGISTERED, N.READY)
-        registered = [node for node in job.nodes() if node.state == N.REGISTERED]
-        job.in_state[N.REGISTERED] -= len(registered)
-        job.in_state[ready] = job.in_state.get(ready, 0) + len(registered)
-        for node in registered:
-            node.state = ready
-            name = node.name
-            self._note(job, now, f"{name} {ready.value}", node=name, state=ready.value)
-        # Every cluster wait of the job ends here: out of the job's index at once, then
-        # each out of the others (what ``_pop_wait`` does one by one).
         kinds = self._waits_by_job.get(job.id, {})
-        waiters = list(kinds.pop("cluster", ()))
-        if not kinds:
-            self._waits_by_job.pop(job.id, None)
-        self._stale_timers += len(waiters)
-        for w in waiters:
-            wait = self._waits.pop(w)
-            conn_waits = self._waits_by_conn.get(w[0])
-            if conn_waits is not None:
-                conn_waits.discard(w)
-            key = (job.id, "cluster", wait.executor_id)
-            mine = self._waits_by_node[key]
-            mine.discard(w)
+        cluster = kinds.get("cluster", set())
+        by_node, by_conn, waits = self._waits_by_node, self._waits_by_conn, self._waits
+        moved = 0
+        for eid in range(first, last):
+            node = slots[eid].node
+            assert node is not None  # every slot is filled once a job completes
+            if node.state == N.REGISTERED:
+                node.state = ready
+                moved += 1
+                name = node.name
+                self._note(job, now, f"{name} {ready.value}", node=name, state=ready.value)
+            mine = by_node.pop((job.id, "cluster", eid), None)
             if not mine:
-                del self._waits_by_node[key]
-            holder = self._node(job, wait.executor_id)
-            if holder is not None and holder.attempt == wait.attempt:
-                self._send(
-                    w, m.ClusterReply(id=w[1], role=holder.role, index=holder.index, spec=job.spec_blob)
-                )
-            else:
-                self._error(
-                    w,
-                    ErrorCode.STALE_ATTEMPT,
-                    f"executor {wait.executor_id} attempt {wait.attempt} "
-                    "was replaced before the cluster formed",
-                )
+                continue
+            self._stale_timers += len(mine)
+            for w in mine:
+                wait = waits.pop(w)
+                cluster.discard(w)
+                conn_waits = by_conn.get(w[0])
+                if conn_waits is not None:
+                    conn_waits.discard(w)
+                if node.attempt == wait.attempt:
+                    self._send(w, m.ClusterReply(id=w[1], role=node.role, index=node.index, spec=spec))
+                else:
+                    self._error(
+                        w,
+                        ErrorCode.STALE_ATTEMPT,
+                        f"executor {wait.executor_id} attempt {wait.attempt} was replaced before the cluster formed",
+                    )
+        if moved:
+            job.in_state[N.REGISTERED] -= moved
+            job.in_state[ready] = job.in_state.get(ready, 0) + moved
+        if "cluster" in kinds and not cluster:
+            del kinds["cluster"]
+            if not kinds:
+                del self._waits_by_job[job.id]
         if self._stale_timers > max(STALE_TIMER_SLACK, len(self._timers) // 2):
             self._compact_timers()
+        if last < len(slots):
+            job.completing = last
+            self._effects.append(Continue(job.id))
+        else:
+            job.completing = None
+            self._wake_watchers(job)  # they heard of READY already; now of every node's too
+        return last
 
     def _await_cluster(self, ev: AwaitClusterEvent) -> None:
         r = ev.req
@@ -1907,6 +1987,8 @@ class CoordinatorState:
     def _recovered(self, ev: Recovered) -> None:
         self._timer(ev.now, ("forget",))  # what aged while the coordinator was down
         for job in self.jobs.values():
+            while job.completing is not None:  # stopped (killed) before it was done
+                self._complete_some(job, ev.now, len(job.slots))
             if not job.terminal:
                 self._timer(job.submitted_at + job.spec.reservation_timeout_s, ("reserve", job.id))
             for node in job.nodes():
