@@ -120,10 +120,17 @@ def installed() -> bool:
 
 
 def real_location(top: str) -> str | None:
-    """Where a real (not tfcoord's) ``top`` package is on ``sys.path``, else None."""
+    """Where a real (not tfcoord's) ``top`` package is on ``sys.path``, else None.
+
+    Entries that no longer exist are passed over: ``sc.addPyFile`` puts the executor shim's
+    zip on the driver's ``sys.path`` too, and ``sc.stop()`` deletes it without taking the
+    entry off; the zip importer cached for it then raises FileNotFoundError for a package it
+    had listed, which would break every ``TFCluster.run`` of the next SparkContext.
+    """
+    path = [p for p in sys.path if not p or os.path.exists(p)]
     try:
-        spec = importlib.machinery.PathFinder.find_spec(top)
-    except (ImportError, ValueError):
+        spec = importlib.machinery.PathFinder.find_spec(top, path)
+    except (ImportError, ValueError, OSError):
         return None
     if spec is None:
         return None
@@ -178,7 +185,8 @@ tfcoord.aliases.install()
 sys.modules[__name__] = importlib.import_module(tfcoord.aliases.ALIASES["tensorflowonspark"])
 '''
 
-_shipped: dict[int, str] = {}
+#: SparkContext (its application id) -> the shim zip it was given.
+_shipped: dict[str, str] = {}
 _ship_lock = threading.Lock()
 
 
@@ -203,7 +211,8 @@ def ship_to_executors(sc: Any) -> bool:
     if real_location("tensorflowonspark") is not None:
         return False
     with _ship_lock:
-        key = id(sc._jsc)
+        # The application id, not id(sc): a stopped context's id may be reused by the next one.
+        key = str(sc.applicationId)
         if key not in _shipped:
             _shipped[key] = shim_zip()
             sc.addPyFile(_shipped[key])

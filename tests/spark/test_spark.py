@@ -268,6 +268,53 @@ def test_parallel_right_after_the_spark_context_starts_waits_for_executors(tmp_p
     assert out.returncode == 0 and "parallel done" in out.stdout, out.stderr[-3000:]
 
 
+#: TensorFlowOnSpark's tests start a SparkContext per test class in one process: run, stop, run again.
+NEXT_CONTEXT = """
+import os, sys
+from pyspark import SparkConf, SparkContext
+from tfcoord import aliases
+
+aliases.install()
+from tensorflowonspark import TFCluster, TFParallel
+
+def fn(args, ctx):
+    pass
+
+for i in range(2):
+    conf = SparkConf().setMaster("local-cluster[1,1,1024]").setAppName(f"context-{i}").set("spark.ui.enabled", "false")
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    TFParallel.run(sc, fn, None, 1, use_barrier=False)
+    print(f"context {i}:", TFCluster.run(sc, fn, None, 1, 0).shutdown()["state"], flush=True)
+    sc.stop()
+    dead = [p for p in sys.path if p.endswith("tfcoord_tensorflowonspark_alias.zip") and not os.path.exists(p)]
+    print(f"dead shim zips on sys.path after stop {i}:", len(dead), flush=True)
+"""
+
+
+def test_a_second_spark_context_in_the_same_driver_runs_clusters_too(tmp_path):
+    from tfcoord import aliases
+    from tfcoord.node.standalone import LocalSparkCluster
+
+    if aliases.real_location("tensorflowonspark") is not None:
+        pytest.skip(
+            "a real TensorFlowOnSpark is installed here (pip install tensorflowonspark): no shim is shipped"
+        )
+    out = subprocess.run(
+        [sys.executable, "-c", NEXT_CONTEXT],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=LocalSparkCluster.env(),
+        cwd=tmp_path,
+    )
+    # The first context's shim zip is deleted by sc.stop() but stays on the driver's sys.path:
+    # the case this is about.
+    assert "dead shim zips on sys.path after stop 0: 1" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "context 0: SUCCEEDED" in out.stdout and "context 1: SUCCEEDED" in out.stdout
+
+
 def test_tensorflowonspark_driver_code_runs_unchanged(sc, tmp_path):
     # The driver and map_fun use TensorFlowOnSpark's names only; the import is the one change.
     from tfcoord.compat.tensorflowonspark import TFCluster

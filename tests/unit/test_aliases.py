@@ -111,3 +111,32 @@ def test_the_executor_shim_zip_works_without_any_install(tmp_path: Path):
         path=[zipped],
     )
     assert out.splitlines() == ["True True True", "None", "True"]
+
+
+@real_tfos
+def test_a_deleted_shim_zip_left_on_sys_path_breaks_nothing(tmp_path: Path):
+    # sc.addPyFile(shim) puts the zip on the driver's sys.path too; sc.stop() deletes the zip and
+    # leaves the entry, with a zip importer that still lists tensorflowonspark/__init__.py. The
+    # next SparkContext's TFCluster.run / TFParallel.run (TensorFlowOnSpark's tests start one per
+    # test class) must still find out which tensorflowonspark is in use.
+    zipped = aliases.shim_zip(str(tmp_path))
+    out = _python(
+        f"""
+        import os, sys
+        from tfcoord import aliases
+        sys.path.insert(1, {zipped!r})
+        print(aliases.real_location("tensorflowonspark"))  # the zip importer caches its listing
+        os.remove({zipped!r})
+        print(aliases.real_location("tensorflowonspark"))
+        aliases.install()
+        import tensorflowonspark
+        print(tensorflowonspark.__name__)
+        print(aliases.describe("tensorflowonspark"))
+    """
+    )
+    assert out.splitlines() == [
+        "None",
+        "None",
+        "tfcoord.compat.tensorflowonspark",
+        "tensorflowonspark: tfcoord's alias (tfcoord.compat.tensorflowonspark)",
+    ]
