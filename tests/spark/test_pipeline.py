@@ -68,6 +68,17 @@ def test_dataframe_to_tfrecords_and_back(sc, spark, tmp_path):
         assert len(list(tfrecord.read(f))) == 1
 
 
+def test_an_empty_partition_is_written_as_an_empty_part_file(sc, spark, tmp_path):
+    # TensorFlowOnSpark's test_dfutils saves one row from sc.parallelize([row]): with the
+    # default parallelism of 2, one partition is empty (the hadoop jar writes an empty part).
+    df = spark.createDataFrame(sc.parallelize([("only", 7)], 2), ["a", "b"])
+    out = tmp_path / "tfr"
+    dfutil.saveAsTFRecords(df, str(out))
+    assert sorted(os.listdir(out)) == ["_SUCCESS", "part-r-00000", "part-r-00001"]
+    assert sorted(os.path.getsize(out / p) for p in ("part-r-00000", "part-r-00001"))[0] == 0
+    assert [tuple(r) for r in dfutil.loadTFRecords(sc, str(out)).collect()] == [("only", 7)]
+
+
 def test_estimator_fits_on_a_dataframe_and_the_model_transforms_one(sc, spark, tmp_path):
     def train_fn(args, ctx):
         """Linear regression on the fed columns; the chief exports a SavedModel."""

@@ -202,6 +202,7 @@ def saveAsTFRecords(df: Any, output_dir: str) -> None:
         final = f"{path}/{PART_NAME.format(index)}"
         tmp = f"{path}/.{PART_NAME.format(index)}.{attempt}.tmp"
         with tf.io.gfile.GFile(tmp, "wb") as f:
+            f.write(b"")  # GFile creates the file only on a write: an empty partition's part is empty
             n = tfrecord.write(f, (record for record, _ in to_examples(rows)))
         tf.io.gfile.rename(tmp, final, overwrite=True)  # a task retry replaces its own part
         yield n
