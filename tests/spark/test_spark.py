@@ -74,7 +74,9 @@ def test_chief_and_evaluator_roles(sc, tmp_path):
         master_node="chief",
         eval_node=True,
     )
-    status = cluster.shutdown()
+    # With a grace the evaluator's map_fun always runs: without one, a chief that ends first has the
+    # evaluator stopped, under load before its map_fun writes its record (seen in a full tests/spark run).
+    status = cluster.shutdown(grace_secs=120)
     chief, evaluator = _records(tmp_path, 2)  # TensorFlowOnSpark's order: chief, then evaluator
     assert (chief["job_name"], chief["task_index"], evaluator["job_name"], evaluator["task_index"]) == (
         "chief",
@@ -85,11 +87,10 @@ def test_chief_and_evaluator_roles(sc, tmp_path):
     assert chief["tf_config"]["task"] == {"type": "chief", "index": 0}
     assert evaluator["tf_config"]["task"] == {"type": "evaluator", "index": 0}
     assert chief["num_workers"] == 1 and set(chief["cluster_spec"]) >= {"chief"}
-    # The chief's success is the job's; the evaluator serves it and has ended with it (STOPPED
-    # when the stop came before its map_fun returned, SUCCEEDED when it came after).
+    # The chief's success is the job's; the evaluator, given the grace, ends on its own.
     assert status["state"] == "SUCCEEDED"
     states = {n["role"]: n["state"] for n in status["nodes"]}
-    assert states["chief"] == "SUCCEEDED" and states["evaluator"] in ("STOPPED", "SUCCEEDED")
+    assert states["chief"] == "SUCCEEDED" and states["evaluator"] == "SUCCEEDED"
     assert not alive(evaluator["pid"])
 
 
