@@ -42,7 +42,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from rendezvous import CONNECTS_IN_FLIGHT, SERVE_PREFIX, _address, _raise_fd_limit  # noqa: E402
+from rendezvous import CONNECTS_IN_FLIGHT, _address, _raise_fd_limit, serve_command  # noqa: E402
 
 from tfcoord.client import DriverClient, JobSpec, auth, make_roles  # noqa: E402
 from tfcoord.client import messages as m  # noqa: E402
@@ -181,25 +181,7 @@ class _Coordinator:
         port_file = self.tmp / f"port-{self.starts}"
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
-            [
-                *SERVE_PREFIX,
-                "--log-level",
-                "WARNING",
-                "serve",
-                "--plaintext",
-                # Every simulated node dials from this one host: its handshakes in flight are
-                # many hosts' worth (the per-source default is a quarter of the budget).
-                "--max-unauthenticated-per-source",
-                "4096",
-                "--port",
-                str(self.port),
-                "--port-file",
-                str(port_file),
-                "--secret-file",
-                str(self.secret_file),
-                "--state-dir",
-                str(self.state),
-            ],
+            serve_command(self.port, port_file, self.secret_file, "--state-dir", str(self.state)),
         )
         self.starts += 1
         deadline = time.monotonic() + START_TIMEOUT_S

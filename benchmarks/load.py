@@ -53,18 +53,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests/fuzzframes.py
 sys.path.insert(0, str(ROOT / "benchmarks"))  # rendezvous.py (the burst phase's nodes)
 
+from rendezvous import serve_command  # noqa: E402
+
 from tfcoord.client import DriverClient, JobSpec, auth, make_roles  # noqa: E402
 from tfcoord.client import messages as m  # noqa: E402
 from tfcoord.client.client import DEFAULT_HEARTBEAT_INTERVAL_S, backoff_delays  # noqa: E402
 from tfcoord.client.protocol import NEED_DATA, Connection, encode_frame  # noqa: E402
 
-#: How the coordinator process is started (``TFCOORD_BENCH_PROFILE=FILE`` runs it under
-#: cProfile, written when it stops; with several phases the last one's profile is kept).
-SERVE_PREFIX = (
-    [sys.executable, "-m", "cProfile", "-o", os.environ["TFCOORD_BENCH_PROFILE"], "-m", "tfcoord"]
-    if os.environ.get("TFCOORD_BENCH_PROFILE")
-    else [sys.executable, "-m", "tfcoord"]
-)
+# ``TFCOORD_BENCH_PROFILE=FILE`` runs the coordinator under cProfile (rendezvous.serve_command),
+# written when it stops; with several phases the last one's profile is kept.
 #: A phase that takes this long past its own duration has failed.
 PHASE_TIMEOUT_S = 600.0
 #: Connects in flight per simulating process: 10,000 SYNs at once from one host overflow
@@ -108,25 +105,7 @@ class Coordinator:
         t0 = time.monotonic()
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
-                [
-                    *SERVE_PREFIX,
-                    "--log-level",
-                    "WARNING",
-                    "serve",
-                    "--plaintext",
-                    # Every simulated node dials from this one host: its handshakes in flight are
-                    # many hosts' worth (the per-source default is a quarter of the budget).
-                    "--max-unauthenticated-per-source",
-                    "4096",
-                    "--port",
-                    str(self.port),
-                    "--port-file",
-                    str(port_file),
-                    "--secret-file",
-                    str(self.secret_file),
-                    "--state-dir",
-                    str(self.state),
-                ],
+                serve_command(self.port, port_file, self.secret_file, "--state-dir", str(self.state)),
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )

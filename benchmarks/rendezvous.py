@@ -63,6 +63,32 @@ SERVE_PREFIX = (
     if os.environ.get("TFCOORD_BENCH_PROFILE")
     else [sys.executable, "-m", "tfcoord"]
 )
+
+
+def serve_command(port: int, port_file: Path, secret_file: Path, *extra: str) -> list[str]:
+    """``tfcoord serve`` as every benchmark runs it: plaintext (the simulated nodes' wire
+    work is what is measured), warnings only, the port written to ``port_file`` once it
+    listens, then ``extra`` (``--state-dir DIR``...)."""
+    return [
+        *SERVE_PREFIX,
+        "--log-level",
+        "WARNING",
+        "serve",
+        "--plaintext",
+        # Every simulated node dials from this one host: its handshakes in flight are
+        # many hosts' worth (the per-source default is a quarter of the budget).
+        "--max-unauthenticated-per-source",
+        "4096",
+        "--port",
+        str(port),
+        "--port-file",
+        str(port_file),
+        "--secret-file",
+        str(secret_file),
+        *extra,
+    ]
+
+
 #: Generous: a run that takes this long has failed anyway.
 RUN_TIMEOUT_S = 300.0
 
@@ -274,23 +300,7 @@ def run_tfcoord(nodes: int) -> dict:
         secret_file, port_file = Path(tmp, "secret"), Path(tmp, "port")
         secret = auth.write_secret(secret_file)
         proc = subprocess.Popen(
-            [
-                *SERVE_PREFIX,
-                "--log-level",
-                "WARNING",
-                "serve",
-                "--plaintext",
-                # Every simulated node dials from this one host: its handshakes in flight are
-                # many hosts' worth (the per-source default is a quarter of the budget).
-                "--max-unauthenticated-per-source",
-                "4096",
-                "--port",
-                "0",
-                "--port-file",
-                str(port_file),
-                "--secret-file",
-                str(secret_file),
-            ],
+            serve_command(0, port_file, secret_file),
         )
         try:
             deadline = time.monotonic() + 60
