@@ -42,6 +42,7 @@ def trial(steps: int, variant: str) -> dict[str, Any]:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # the Keras the nodes run (tf-keras)
     import numpy as np
     import tensorflow as tf
+    from mnist_accuracy import examples_model  # benchmarks/, this script's own directory
 
     def no_autotune(ds: Any) -> Any:
         options = tf.data.Options()
@@ -71,19 +72,7 @@ def trial(steps: int, variant: str) -> dict[str, Any]:
     if variant == "no-autotune":
         ds = no_autotune(ds)
     with strategy.scope():
-        model = tf.keras.Sequential(
-            [
-                tf.keras.layers.Conv2D(32, 3, activation="relu", input_shape=(28, 28, 1)),
-                tf.keras.layers.MaxPooling2D(),
-                tf.keras.layers.Flatten(),
-                tf.keras.layers.Dense(64, activation="relu"),
-                tf.keras.layers.Dense(10, activation="softmax"),
-            ]
-        )
-        model.compile(
-            loss=tf.keras.losses.sparse_categorical_crossentropy,
-            optimizer=tf.keras.optimizers.SGD(learning_rate=0.001),
-        )
+        model = examples_model(tf)
     last = [0.0]
 
     class LastStep(tf.keras.callbacks.Callback):

@@ -159,6 +159,12 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 # -- a simulated node ------------------------------------------------------------------------
 
 
+def node_hello(token: bytes, job: str, challenge: m.Challenge) -> m.Hello:
+    """A node's answer to the coordinator's challenge, as ``NodeClient`` sends it."""
+    proof = auth.client_proof(token, challenge.nonce, "node", job)
+    return m.Hello(version=m.PROTOCOL_VERSION, role="node", job=job, proof=proof, cnonce=auth.new_nonce())
+
+
 class SimNode(asyncio.Protocol):
     """One node connection: the sans-io protocol under an asyncio transport."""
 
@@ -215,16 +221,7 @@ class SimNode(asyncio.Protocol):
             challenge = await self._handshake.get()
             if not isinstance(challenge, m.Challenge):
                 raise ConnectionError(f"no challenge: {challenge}")
-            proof = auth.client_proof(self.token, challenge.nonce, "node", self.job)
-            self._write(
-                m.Hello(
-                    version=m.PROTOCOL_VERSION,
-                    role="node",
-                    job=self.job,
-                    proof=proof,
-                    cnonce=auth.new_nonce(),
-                )
-            )
+            self._write(node_hello(self.token, self.job, challenge))
             welcome = await self._handshake.get()
         if not isinstance(welcome, m.Welcome):
             raise ConnectionError(f"refused: {welcome}")
@@ -624,16 +621,7 @@ class SharedConn(asyncio.Protocol):
                 assert member.beater is not None
                 member.beater.answered(member, msg, now)  # type: ignore[arg-type]
             elif isinstance(msg, m.Challenge):
-                proof = auth.client_proof(self.token, msg.nonce, "node", self.job)
-                self._write(
-                    m.Hello(
-                        version=m.PROTOCOL_VERSION,
-                        role="node",
-                        job=self.job,
-                        proof=proof,
-                        cnonce=auth.new_nonce(),
-                    )
-                )
+                self._write(node_hello(self.token, self.job, msg))
             elif isinstance(msg, m.Welcome):
                 if not self.welcomed.done():
                     self.welcomed.set_result(None)

@@ -79,14 +79,9 @@ def _read_csv(directory: Path) -> tuple[np.ndarray, np.ndarray]:
     return data[:, 1:], data[:, 0]
 
 
-def single_process(data: Path, workers: int, seed: int) -> dict[str, Any]:
-    """mnist_spark.py's model, fitted here with the examples' budget; its test accuracy, scaled and raw."""
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # the Keras the nodes run (tf-keras)
-    import tensorflow as tf
-
-    train_x, train_y = _read_csv(data / "csv" / "train")
-    test_x, test_y = _read_csv(data / "csv" / "test")
-    tf.keras.utils.set_random_seed(seed)
+def examples_model(tf: Any, metrics: list[str] | None = None) -> Any:
+    """``build_and_compile_cnn_model`` of the Keras MNIST examples: the same layers, loss
+    and ``SGD(0.001)``, compiled (under a strategy's scope when called in one)."""
     model = tf.keras.Sequential(
         [
             tf.keras.layers.Conv2D(32, 3, activation="relu", input_shape=(28, 28, 1)),
@@ -99,8 +94,20 @@ def single_process(data: Path, workers: int, seed: int) -> dict[str, Any]:
     model.compile(
         loss=tf.keras.losses.sparse_categorical_crossentropy,
         optimizer=tf.keras.optimizers.SGD(learning_rate=0.001),
-        metrics=["accuracy"],
+        metrics=metrics,
     )
+    return model
+
+
+def single_process(data: Path, workers: int, seed: int) -> dict[str, Any]:
+    """mnist_spark.py's model, fitted here with the examples' budget; its test accuracy, scaled and raw."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # the Keras the nodes run (tf-keras)
+    import tensorflow as tf
+
+    train_x, train_y = _read_csv(data / "csv" / "train")
+    test_x, test_y = _read_csv(data / "csv" / "test")
+    tf.keras.utils.set_random_seed(seed)
+    model = examples_model(tf, metrics=["accuracy"])
     images = (train_x.astype(np.float32) / 255.0).reshape(-1, 28, 28, 1)
     labels = train_y.astype(np.float32).reshape(-1, 1)
     ds = (

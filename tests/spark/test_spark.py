@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tfcoord import aliases
 from tfcoord.client import JobFailed
 from tfcoord.node import spark as tfs
 
@@ -21,6 +22,12 @@ from . import mapfuns
 from .mapfuns import alive, args_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+#: Tests of the alias's shim: where a real TensorFlowOnSpark is installed the alias rightly
+#: steps aside and ships no shim (CI installs none, so these run there).
+alias_in_use = pytest.mark.skipif(
+    aliases.real_location("tensorflowonspark") is not None,
+    reason="a real TensorFlowOnSpark is installed here (pip install tensorflowonspark): the alias steps aside",
+)
 
 
 def _records(out: Path, n: int) -> list[dict]:
@@ -293,14 +300,10 @@ for i in range(2):
 """
 
 
+@alias_in_use
 def test_a_second_spark_context_in_the_same_driver_runs_clusters_too(tmp_path):
-    from tfcoord import aliases
     from tfcoord.node.standalone import LocalSparkCluster
 
-    if aliases.real_location("tensorflowonspark") is not None:
-        pytest.skip(
-            "a real TensorFlowOnSpark is installed here (pip install tensorflowonspark): no shim is shipped"
-        )
     out = subprocess.run(
         [sys.executable, "-c", NEXT_CONTEXT],
         capture_output=True,
@@ -338,13 +341,8 @@ def test_tensorflowonspark_driver_code_runs_unchanged(sc, tmp_path):
         assert loaded(tf.constant([3.0])).numpy().tolist() == [7.0]
 
 
+@alias_in_use
 def test_tensorflowonspark_imports_work_on_executors_without_an_install(sc, tmp_path):
-    from tfcoord import aliases
-
-    if aliases.real_location("tensorflowonspark") is not None:
-        pytest.skip(
-            "a real TensorFlowOnSpark is installed here (pip install tensorflowonspark): the alias rightly steps aside"
-        )
     aliases.install()  # the driver imported tensorflowonspark through the alias (.pth or tfcoord submit)
     import tensorflowonspark
     from tensorflowonspark import TFCluster
