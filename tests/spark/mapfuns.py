@@ -388,6 +388,7 @@ def keras_fit(args: Any, ctx: Any) -> None:
         args,
         ctx,
         keras=tf.keras.__name__,
+        adam_lr=float(tf.keras.optimizers.Adam(lr=0.2).learning_rate),  # TensorFlowOnSpark's tests' spelling
         loss=history.history["loss"][-1],
         weights=[w.tolist() for w in model.get_weights()],
     )

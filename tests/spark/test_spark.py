@@ -376,6 +376,7 @@ def test_keras_fit_under_mwms_trains_as_keras_2_in_tensorflowonspark_nodes(sc, t
     assert cluster.shutdown()["state"] == "SUCCEEDED"
     recs = [json.loads((tmp_path / f"{i}.json").read_text()) for i in range(2)]
     assert all(r["keras"].startswith("tf_keras") for r in recs)  # tf.keras is Keras 2 in the nodes
+    assert all(round(r["adam_lr"], 6) == 0.2 for r in recs)  # and lr= is the learning rate, as in Keras 2
     assert recs[0]["weights"] == recs[1]["weights"]  # synchronous: both workers end the same
     assert recs[0]["loss"] < 1.0
 

@@ -248,7 +248,8 @@ def _child(
         if spec.legacy_keras:
             from . import keras2
 
-            keras2.use_keras2(os.environ)  # before map_fun imports TensorFlow
+            if keras2.use_keras2(os.environ):  # before map_fun imports TensorFlow
+                keras2.honour_lr()  # Adam(lr=0.2) in TensorFlowOnSpark's programs and tests
         if spec.release_port:
             ctx.release_port()
         result = spec.map_fun(spec.tf_args, ctx)

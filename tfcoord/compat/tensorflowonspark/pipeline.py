@@ -38,7 +38,8 @@ from . import TFCluster, util
 
 # The driver builds and exports Keras models here (TFModel, the examples' export): tf.keras as
 # Keras 2 when tf-keras is installed, like the nodes TFCluster.run starts (TF_USE_LEGACY_KERAS=0 opts out).
-keras2.use_keras2(os.environ)
+if keras2.use_keras2(os.environ):
+    keras2.honour_lr()
 
 
 log = logging.getLogger("tfcoord.compat.pipeline")
