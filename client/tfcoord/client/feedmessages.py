@@ -14,13 +14,11 @@ Welcome). After the handshake::
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from . import messages as m
-from .errors import LocalProtocolError, RemoteProtocolError
 from .messages import MAX_ERROR_LEN, MAX_TEXT_LEN, _bool, _choice, _f, _int, _seconds, _text
 
 #: Bumped on any incompatible change of the feed's messages (2: the shared handshake).
@@ -139,28 +137,5 @@ OPS: dict[str, type[m.Message]] = {
         Keepalive,
     )
 }
-_FIELDS = {cls: {f.name for f in dataclasses.fields(cls)} for cls in OPS.values()}
-
-
-def decode(obj: Any) -> m.Message:
-    """A feed message from a received map (``Connection(decode=feedmessages.decode)``).
-
-    Raises:
-        RemoteProtocolError: not a map, an unknown op, unexpected keys or bad field values.
-    """
-    if not isinstance(obj, dict):
-        raise RemoteProtocolError(f"a feed frame must hold a map, not {type(obj).__name__}")
-    op = obj.get("op")
-    cls = OPS.get(op) if isinstance(op, str) else None
-    if cls is None:
-        raise RemoteProtocolError(f"unknown feed op {op!r}")
-    kw = {k: v for k, v in obj.items() if k != "op"}
-    extra = set(kw) - _FIELDS[cls]
-    if extra:
-        raise RemoteProtocolError(f"{op} has no field {sorted(map(str, extra))[0]!r}")
-    try:
-        return cls(**kw)
-    except LocalProtocolError as e:
-        raise RemoteProtocolError(str(e)) from None
-    except TypeError:
-        raise RemoteProtocolError(f"{op} is missing fields") from None
+#: A feed message from a received map (``Connection(decode=feedmessages.decode)``).
+decode = m.decoder(OPS, "feed")

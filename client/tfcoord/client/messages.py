@@ -966,6 +966,36 @@ _DECODERS = {
 }
 
 
+def decoder(ops: Mapping[str, type[Message]], wire: str) -> Callable[[Any], Message]:
+    """A ``decode`` for another wire on this framing (the data feed, TensorFlowOnSpark's
+    reservations): its op table, its name in errors. Fields are checked as when built.
+
+    The returned function raises RemoteProtocolError for a frame that is not a map, an
+    unknown op, unexpected or missing keys and bad field values.
+    """
+    fields = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in ops.values()}
+
+    def decode(obj: Any) -> Message:
+        if not isinstance(obj, dict):
+            raise RemoteProtocolError(f"a {wire} frame must hold a map, not {type(obj).__name__}")
+        op = obj.get("op")
+        cls = ops.get(op) if isinstance(op, str) else None
+        if cls is None:
+            raise RemoteProtocolError(f"unknown {wire} op {op!r}")
+        kw = {k: v for k, v in obj.items() if k != "op"}
+        extra = set(kw) - fields[cls]
+        if extra:
+            raise RemoteProtocolError(f"{op} has no field {sorted(map(str, extra))[0]!r}")
+        try:
+            return cls(**kw)
+        except LocalProtocolError as e:
+            raise RemoteProtocolError(str(e)) from None
+        except TypeError:
+            raise RemoteProtocolError(f"{op} is missing fields") from None
+
+    return decode
+
+
 def decode(m: Any) -> Message:
     """Build a message from a map received from the peer.
 

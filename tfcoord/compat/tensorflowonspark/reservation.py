@@ -25,7 +25,6 @@ programs (and tests) that use them directly:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import socket
@@ -113,24 +112,7 @@ class _Reservations(m.Message):
 _OPS: dict[str, type[m.Message]] = {
     cls.op: cls for cls in (_Register, _Query, _Await, _Stop, _Ok, _Reservations, m.Error, m.Challenge)
 }
-_FIELDS = {cls: {f.name for f in dataclasses.fields(cls)} for cls in _OPS.values()}
-
-
-def _decode(obj: Any) -> m.Message:
-    if not isinstance(obj, dict):
-        raise RemoteProtocolError(f"a reservation frame must hold a map, not {type(obj).__name__}")
-    op = obj.get("op")
-    cls = _OPS.get(op) if isinstance(op, str) else None
-    if cls is None:
-        raise RemoteProtocolError(f"unknown reservation op {op!r}")
-    kw = {k: v for k, v in obj.items() if k != "op"}
-    extra = set(kw) - _FIELDS[cls]
-    if extra:
-        raise RemoteProtocolError(f"{op} has no field {sorted(map(str, extra))[0]!r}")
-    try:
-        return cls(**kw)
-    except (ProtocolError, TypeError) as e:
-        raise RemoteProtocolError(f"bad {op}: {e}") from None
+_decode = m.decoder(_OPS, "reservation")
 
 
 def _connection() -> Connection:
