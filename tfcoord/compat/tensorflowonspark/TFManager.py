@@ -35,6 +35,14 @@ def _set(key: str, value: Any) -> None:
     _values[key] = value
 
 
+def _serve_queues(names: list[str]) -> None:
+    """In the manager's server process: a queue per name, no values yet."""
+    _queues.clear()
+    _values.clear()
+    for name in names:
+        _queues[name] = JoinableQueue()
+
+
 def _key(authkey: bytes | str) -> bytes:
     # TensorFlowOnSpark's own tests pass a str; multiprocessing wants bytes.
     return authkey.encode("utf-8") if isinstance(authkey, str) else bytes(authkey)
@@ -51,10 +59,6 @@ def start(authkey: bytes | str, queues: list[str], mode: str = "local") -> TFMan
     global mgr
     if mode not in ("local", "remote"):
         raise ValueError(f"mode must be 'local' or 'remote', not {mode!r}")
-    _queues.clear()
-    _values.clear()
-    for q in queues:
-        _queues[q] = JoinableQueue()
     TFManager.register("get_queue", callable=_get_queue)
     TFManager.register("get", callable=_get)
     TFManager.register("set", callable=_set)
@@ -63,7 +67,9 @@ def start(authkey: bytes | str, queues: list[str], mode: str = "local") -> TFMan
         if mode == "remote"
         else TFManager(authkey=_key(authkey))
     )
-    manager.start()  # forks the server process: it inherits the queues made above
+    # The queues are made in the server process, so any start method works (a spawned
+    # process inherits nothing).
+    manager.start(initializer=_serve_queues, initargs=(list(queues),))
     mgr = manager
     return manager
 
