@@ -157,6 +157,13 @@ def _server_main(nodes: int, timeout_s: float) -> None:
     os.environ.setdefault("TFOS_SERVER_HOST", "127.0.0.1")
     from tensorflowonspark import reservation
 
+    if reservation.__name__.startswith("tfcoord."):  # the anchor must be TensorFlowOnSpark's own server
+        _emit(
+            event="error",
+            text="tensorflowonspark here is tfcoord's alias, not TensorFlowOnSpark 2.2.5: run the anchor with .venv-bench/bin/python (make .venv-bench/.installed) or pass --tfos-path",
+        )
+        os._exit(3)
+
     def listener_died(args: threading.ExceptHookArgs) -> None:
         # Server.start()'s listener thread has no error handling of its own:
         # when select() fails (an fd >= FD_SETSIZE at ~1,000 clients) the

@@ -248,6 +248,13 @@ def main() -> int:
 
     if TFOS in systems:
         import tensorflowonspark  # noqa: F401  (fail now, not after the tfcoord runs)
+
+        from tfcoord import aliases
+
+        if aliases.real_location("tensorflowonspark") is None:
+            sys.exit(
+                "tensorflowonspark here is tfcoord's alias, not TensorFlowOnSpark 2.2.5: run the anchor with .venv-bench/bin/python (make .venv-bench/.installed) or pass --tfos-path"
+            )
     logging.getLogger().setLevel(logging.WARNING)  # tensorflowonspark's import sets INFO
     logging.getLogger("py4j").setLevel(logging.WARNING)
     os.environ.update(LocalSparkCluster.env())

@@ -341,6 +341,13 @@ def main() -> int:
     if TFOS in systems:  # imports tensorflow in the driver: do it before any clock starts
         from tensorflowonspark import TFCluster  # noqa: F401
 
+        from tfcoord import aliases
+
+        if aliases.real_location("tensorflowonspark") is None:
+            sys.exit(
+                "tensorflowonspark here is tfcoord's alias, not TensorFlowOnSpark 2.2.5: run the anchor with .venv-bench/bin/python (make .venv-bench/.installed) or pass --tfos-path"
+            )
+
     # tensorflowonspark's import sets the root logger to INFO; keep the driver's stderr to
     # warnings for both systems (the executors log as each system makes them).
     logging.getLogger().setLevel(logging.WARNING)
