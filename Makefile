@@ -36,6 +36,7 @@ demo-local: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 ## The typed check: mypy, strict, on what pyproject's [tool.mypy] names.
 typecheck: $(STAMP)

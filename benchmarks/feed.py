@@ -244,7 +244,7 @@ def main() -> int:
 
     import pyspark
 
-    from tfcoord.node.standalone import LocalSparkCluster
+    from tfcoord.driver.standalone import LocalSparkCluster
 
     if TFOS in systems:
         import tensorflowonspark  # noqa: F401  (fail now, not after the tfcoord runs)

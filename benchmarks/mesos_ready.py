@@ -43,9 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FAKE_MASTER = ROOT / "tests" / "mesos" / "fake_master.py"
 
 from tfcoord.client import DriverClient  # noqa: E402
-from tfcoord.coordinator.mesos import driver as mesos  # noqa: E402
 from tfcoord.coordinator.mesos.config import MesosConfig  # noqa: E402
 from tfcoord.coordinator.mesos.jobs import MesosJob, parse_role  # noqa: E402
+from tfcoord.driver import mesos  # noqa: E402
 
 #: Generous bounds: a run that takes this long has failed anyway (three TensorFlow imports on
 #: a loaded two-core machine take well under a minute).

@@ -146,7 +146,7 @@ def single_process(data: Path, workers: int, seed: int) -> dict[str, Any]:
 
 class Submitter:
     def __init__(self, master: str, workers: int, env: dict[str, str], cwd: Path, timeout_s: float) -> None:
-        from tfcoord.node.standalone import spark_home
+        from tfcoord.driver.standalone import spark_home
 
         self.base = [
             str(spark_home() / "bin" / "spark-submit"),
@@ -348,7 +348,7 @@ def main() -> int:
     if unknown:
         ap.error(f"--only takes spark and/or pipeline, not {unknown}")
 
-    from tfcoord.node.standalone import LocalSparkCluster
+    from tfcoord.driver.standalone import LocalSparkCluster
 
     work = Path(tempfile.mkdtemp(prefix="tfcoord-mnist-accuracy-"))
     data = Path(args.data) if args.data else work / "data"

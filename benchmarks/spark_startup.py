@@ -5,7 +5,7 @@
 One local Spark standalone cluster (``LocalSparkCluster``: a master and one worker
 with 2 cores) and one SparkContext with 2 executors x 1 core run the same trivial
 ``map_fun`` through TensorFlowOnSpark 2.2.5's ``TFCluster.run`` and through tfcoord's
-``tfcoord.node.spark.run`` (2 workers, no ps, InputMode.TENSORFLOW, no TensorBoard).
+``tfcoord.driver.spark.run`` (2 workers, no ps, InputMode.TENSORFLOW, no TensorBoard).
 ``map_fun`` writes ``time.time()`` on entry to a file in a per-run directory under
 /tmp (executors and driver share this host, so one clock) and returns at once.
 
@@ -181,7 +181,7 @@ def _last_node_event(events: list[list[Any]], state: str) -> float | None:
 
 
 def run_tfcoord(sc: Any, run_dir: str) -> dict[str, Any]:
-    from tfcoord.node.spark import run
+    from tfcoord.driver.spark import run
 
     args = {"dir": run_dir, "probe": _Probe("tfcoord", run_dir)}
     t0 = time.time()
@@ -336,7 +336,7 @@ def main() -> int:
 
     import pyspark
 
-    from tfcoord.node.standalone import LocalSparkCluster
+    from tfcoord.driver.standalone import LocalSparkCluster
 
     if TFOS in systems:  # imports tensorflow in the driver: do it before any clock starts
         from tensorflowonspark import TFCluster  # noqa: F401

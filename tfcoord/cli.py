@@ -47,21 +47,29 @@ from pathlib import Path
 from typing import Any
 
 from tfcoord.client import (
-    AuthenticationFailed,
-    ConnectionClosed,
-    DeadlineExceeded,
     DriverClient,
     JobSpec,
-    ProtocolError,
-    RequestRejected,
     TfcoordError,
     TlsError,
-    Unreachable,
     __version__,
     auth,
     connfile,
     make_roles,
     tls,
+)
+from tfcoord.client.entry import (
+    ADDRESS_ENV,
+    LOG_LEVELS,
+    SECRET_FILE_ENV,
+    TLS_CA_ENV,
+    TLS_CERT_ENV,
+    TLS_KEY_ENV,
+    ExitCode,
+    UsageError,
+    client_tls,
+    fail,
+    run_entry,
+    setup_logging,
 )
 from tfcoord.client.messages import MAX_LOGS_REPLY
 from tfcoord.client.progress import describe
@@ -69,40 +77,28 @@ from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import JobState
 from tfcoord.client.watcher import FOREVER_S
 from tfcoord.coordinator.state import KEEP_FINISHED_JOBS, KEEP_FINISHED_S
+from tfcoord.node import main as node_main
 
 log = logging.getLogger("tfcoord")
 
-ADDRESS_ENV = "TFCOORD_ADDRESS"
-SECRET_FILE_ENV = "TFCOORD_SECRET_FILE"
 #: The admin credential (sees and stops every job); by default beside the secret file.
 ADMIN_SECRET_FILE_ENV = "TFCOORD_ADMIN_SECRET_FILE"
 ADMIN_SUFFIX = ".admin"
-#: Client-side TLS: the CA that signed the coordinator's certificate, and this client's
-#: own certificate and key when the coordinator demands them (mutual TLS).
-TLS_CA_ENV = "TFCOORD_TLS_CA"
-TLS_CA_PEM_ENV = tls.CA_PEM_ENV
-TLS_CERT_ENV = "TFCOORD_TLS_CERT"
-TLS_KEY_ENV = "TFCOORD_TLS_KEY"
 #: systemd names its readiness socket here (Type=notify); see coordinator/sdnotify.py.
 NOTIFY_SOCKET_ENV = "NOTIFY_SOCKET"
 
 
-#: Exit codes, documented in docs/src/reference/cli.md.
-EXIT_FAILED = 1  # the job failed, or the coordinator refused the request
-EXIT_USAGE = 2  # bad flags, environment or files: the message says what to change
-EXIT_UNREACHABLE = 3  # no answer from the coordinator: refused, no such host, timed out
-EXIT_INTERRUPTED = 130
+#: Exit codes, documented in docs/src/reference/cli.md (one table for every entry point).
+EXIT_FAILED = ExitCode.FAILED
+EXIT_USAGE = ExitCode.USAGE
+EXIT_UNREACHABLE = ExitCode.UNREACHABLE
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 #: Client commands give up on the coordinator after this long (--timeout): a coordinator
 #: answers in milliseconds, so ten seconds means it is not there or badly overloaded.
 DEFAULT_TIMEOUT_S = 10.0
 #: A person at a terminal waits this long for a silent peer's challenge before probing
 #: whether it speaks HTTP or expects TLS (the client library waits longer for nodes).
 CLI_CHALLENGE_TIMEOUT_S = 1.5
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-class UsageError(Exception):
-    """Bad flags or environment: printed as one line, exit code 2."""
 
 
 class UserScriptError(Exception):
@@ -321,14 +317,7 @@ def _local_coordinator(args: argparse.Namespace) -> ClientConfig | None:
 
 def _client_tls() -> ssl.SSLContext | None:
     """The client's TLS context from TFCOORD_TLS_*; None (plaintext) when none is set."""
-    ca, cert, key = (os.environ.get(k) or None for k in (TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV))
-    ca_pem = os.environ.get(TLS_CA_PEM_ENV) or None
-    if ca is None and cert is None and key is None and ca_pem is None:
-        return None
-    try:
-        return tls.client_context(ca, cert, key, ca_pem=ca_pem)
-    except TlsError as e:
-        raise UsageError(str(e)) from None
+    return client_tls(os.environ)
 
 
 def _server_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
@@ -356,37 +345,6 @@ def _server_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
 
 
 # -- logging ------------------------------------------------------------------------------
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": record.created,
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        # The coordinator logs job changes as "job %s: ..."; lift the id into its own field.
-        if isinstance(record.args, tuple) and record.args and str(record.msg).startswith("job %s"):
-            out["job"] = record.args[0]
-        for key in ("job", "node", "state"):  # structured fields the coordinator attaches (extra=)
-            value = getattr(record, key, None)
-            if value:
-                out[key] = value
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
-def _setup_logging(fmt: str, level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
 
 
 # -- serve --------------------------------------------------------------------------------
@@ -883,7 +841,7 @@ def _print_final(args: argparse.Namespace, status: JobStatus | None) -> None:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from tfcoord.node.local import run_local
+    from tfcoord.driver.local import run_local
 
     if args.no_wait and (args.engine != "mesos" or not (args.address or os.environ.get(ADDRESS_ENV))):
         where = (
@@ -971,8 +929,8 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
         coordinator, secret = None, None
         logging.getLogger("tfcoord.coordinator").setLevel(max(logging.WARNING, logging.getLogger().level))
     from tfcoord import aliases
-    from tfcoord.node.script import ScriptFailed
-    from tfcoord.node.spark import submit_script
+    from tfcoord.driver.script import ScriptFailed
+    from tfcoord.driver.spark import submit_script
     from tfcoord.node.tlsfiles import TlsFiles
 
     # TensorFlowOnSpark's scripts import `tensorflowonspark`: tfcoord's, unless a real one is installed.
@@ -1017,10 +975,10 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
 
 def _submit_mesos(args: argparse.Namespace) -> int:
     """Run the cluster as Mesos tasks placed by the coordinator's framework (coordinator/mesos)."""
-    from tfcoord.coordinator.mesos import driver as mesos
     from tfcoord.coordinator.mesos.config import MesosConfig
     from tfcoord.coordinator.mesos.errors import MesosConfigError
     from tfcoord.coordinator.mesos.jobs import MesosJob, parse_role
+    from tfcoord.driver import mesos
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -1120,84 +1078,6 @@ def cmd_env_check(args: argparse.Namespace) -> int:
         for r in results:
             print(r.line(), flush=True)
     return EXIT_FAILED if any(r.status == "FAIL" for r in results) else 0
-
-
-#: tfmesos2's task-side settings, honoured by a node where they have a meaning (docs/src/mesos.md):
-#: the timeout of each request to the coordinator, and TLS without a CA when set to false.
-TFMESOS2_REQUEST_TIMEOUT_ENV = "TFMESOS2_REQUEST_TIMEOUT"
-TFMESOS2_VERIFY_SSL_ENV = "TFMESOS2_VERIFY_SSL"
-
-
-def _tfmesos2_request_timeout() -> float:
-    """TFMESOS2_REQUEST_TIMEOUT in seconds (tfmesos2's default, 30, when unset)."""
-    from tfcoord.client.client import DEFAULT_REQUEST_TIMEOUT_S
-
-    raw = os.environ.get(TFMESOS2_REQUEST_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_REQUEST_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (value > 0 and value < float("inf")):
-        raise UsageError(f"{TFMESOS2_REQUEST_TIMEOUT_ENV} must be a number of seconds > 0, not {raw!r}")
-    return value
-
-
-def _tfmesos2_verify_ssl() -> bool | None:
-    """TFMESOS2_VERIFY_SSL as tfmesos2 reads it (only ``true`` verifies); None when unset."""
-    raw = os.environ.get(TFMESOS2_VERIFY_SSL_ENV)
-    if raw is None or not raw.strip():
-        return None
-    return raw.strip().lower() == "true"
-
-
-def cmd_node(args: argparse.Namespace) -> int:
-    from tfcoord.node.runner import TOKEN_ENV, NodeConfig, run_node
-
-    if args.server_mode:
-        from tfcoord.node.runner import server_command
-
-        if [a for a in args.command if a != "--"]:
-            raise UsageError("--server-mode serves the node's role itself; give no command with it")
-        command = list(server_command())
-    else:
-        command = _command(args)
-    token_hex = os.environ.get(TOKEN_ENV, "")
-    try:
-        token = bytes.fromhex(token_hex)
-    except ValueError:
-        token = b""
-    if len(token) != 32:
-        raise UsageError(f"{TOKEN_ENV} must hold the job token as 64 hex digits")
-    port = args.port if args.port is not None else int(os.environ.get("TENSORFLOW_PORT", "0") or 0)
-    ssl_context = _client_tls()
-    if ssl_context is None and _tfmesos2_verify_ssl() is False:
-        log.warning(
-            "%s=false and no coordinator CA: the node speaks TLS to its coordinator without "
-            "checking its certificate (set %s to check it)",
-            TFMESOS2_VERIFY_SSL_ENV,
-            TLS_CA_ENV,
-        )
-        ssl_context = tls.unverified_client_context()
-    cfg = NodeConfig(
-        address=args.address or os.environ.get(ADDRESS_ENV, ""),
-        token=token,
-        job=args.job,
-        executor_id=args.executor_id,
-        attempt=args.attempt,
-        task_id=args.task_id,
-        host=args.host,
-        port=port,
-        command=tuple(command),
-        server_mode=args.server_mode,
-        gpus=tuple(g.strip() for g in (args.gpus or "").split(",") if g.strip()),
-        ssl_context=ssl_context,
-        request_timeout_s=_tfmesos2_request_timeout(),
-    )
-    if not cfg.address:
-        raise UsageError(f"no coordinator address: pass --address or set {ADDRESS_ENV}")
-    return run_node(cfg)
 
 
 # -- parser -------------------------------------------------------------------------------
@@ -1427,23 +1307,8 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     sp = sub.add_parser(
         "node", help="run one node (used by engines; token in TFCOORD_TOKEN)", parents=[common]
     )
-    sp.add_argument("--address")
-    sp.add_argument("--job", required=True)
-    sp.add_argument("--executor-id", type=int, required=True)
-    sp.add_argument("--attempt", type=int, default=0)
-    sp.add_argument("--task-id", default="")
-    sp.add_argument("--host", help="address other nodes dial (default: our address toward the coordinator)")
-    sp.add_argument("--port", type=int, help="TensorFlow port (default: $TENSORFLOW_PORT or a free one)")
-    sp.add_argument(
-        "--gpus", help="GPU ids granted to this node (by a Mesos offer), for CUDA_VISIBLE_DEVICES"
-    )
-    sp.add_argument(
-        "--server-mode",
-        action="store_true",
-        help="serve the node's role with tf.distribute.Server until stopped, instead of a command",
-    )
-    sp.add_argument("command", nargs=argparse.REMAINDER)
-    sp.set_defaults(fn=cmd_node)
+    node_main.add_arguments(sp)
+    sp.set_defaults(fn=node_main.cmd_node)
 
     sp = sub.add_parser(
         "completion",
@@ -1557,45 +1422,15 @@ def cmd_completion(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; every error is one line on stderr and a documented exit code."""
-    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
-    try:
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def go() -> int:
         args = build_parser().parse_args(argv)
-        debug = args.debug
-        _setup_logging("json" if args.cmd == "serve" and args.json else args.log_format, args.log_level)
-        return args.fn(args)
-    except UsageError as e:
-        return _fail(EXIT_USAGE, str(e))
-    except UserScriptError as e:
-        sys.stderr.write(e.traceback_text)
-        return _fail(EXIT_FAILED, str(e))
-    except Unreachable as e:
-        return _fail(EXIT_UNREACHABLE, str(e))
-    except (
-        AuthenticationFailed,
-        TlsError,
-        ProtocolError,
-    ) as e:  # the wrong port, service or TLS setting: configuration
-        return _fail(EXIT_USAGE, str(e))
-    except (ConnectionClosed, DeadlineExceeded) as e:
-        return _fail(EXIT_UNREACHABLE, f"{e}; is the coordinator running? (--timeout to wait longer)")
-    except RequestRejected as e:
-        return _fail(EXIT_FAILED, e.message)
-    except TfcoordError as e:
-        return _fail(EXIT_FAILED, str(e))
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except Exception as e:
-        if debug:
-            import traceback
+        setup_logging("json" if args.cmd == "serve" and args.json else args.log_format, args.log_level)
+        try:
+            return int(args.fn(args))
+        except UserScriptError as e:
+            sys.stderr.write(e.traceback_text)
+            return fail(EXIT_FAILED, str(e))
 
-            traceback.print_exc()
-        return _fail(
-            EXIT_FAILED,
-            f"internal error: {type(e).__name__}: {e} "
-            "(a tfcoord bug: run again with --debug for the traceback, and report it)",
-        )
-
-
-def _fail(code: int, message: str) -> int:
-    print(f"tfcoord: {message.strip()}", file=sys.stderr, flush=True)
-    return code
+    return run_entry(go, debug="--debug" in argv)

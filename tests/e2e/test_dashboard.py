@@ -29,7 +29,7 @@ import pytest
 
 from tfcoord.client import DriverClient, JobSpec, NodeClient, make_roles
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
-from tfcoord.node.local import run_local
+from tfcoord.driver.local import run_local
 
 playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (the test extra)"

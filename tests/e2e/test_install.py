@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the Spark extra is not installed (pip install -e .[spark])")
 
-from tfcoord.node.standalone import LocalSparkCluster
+from tfcoord.driver.standalone import LocalSparkCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The four distributions: the client (msgpack only), the node, the coordinator, and the
@@ -91,7 +91,7 @@ def test_pip_install_then_a_local_job(user_env: Path, tmp_path: Path) -> None:
         [
             py,
             "-c",
-            "import tfcoord.cli, tfcoord.client, tfcoord.node.spark, tfcoord.coordinator.server as s; "
+            "import tfcoord.cli, tfcoord.client, tfcoord.driver.spark, tfcoord.coordinator.server as s; "
             "print(s.__file__, tfcoord.cli.__file__)",
         ],
         env=env,
@@ -121,7 +121,7 @@ import sys
 
 from pyspark import SparkConf, SparkContext
 
-from tfcoord.node.spark import run
+from tfcoord.driver.spark import run
 
 
 def main_fun(argv, ctx):

@@ -80,7 +80,7 @@ import sys
 
 from pyspark import SparkConf, SparkContext
 
-from tfcoord.node.spark import run
+from tfcoord.driver.spark import run
 
 
 def main_fun(argv, ctx):

@@ -26,7 +26,7 @@ pytest.importorskip(
 )
 pytest.importorskip("sklearn", reason="the examples extra is not installed (pip install -e .[examples])")
 
-from tfcoord.node.standalone import LocalSparkCluster, spark_home
+from tfcoord.driver.standalone import LocalSparkCluster, spark_home
 
 ROOT = Path(__file__).resolve().parents[2]
 KERAS = ROOT / "examples" / "mnist" / "keras"

@@ -33,12 +33,12 @@ from tfcoord.compat.tfmesos2 import Job, cluster
 from tfcoord.compat.tfmesos2 import _config as tfmesos2_config
 from tfcoord.coordinator import state as s
 from tfcoord.coordinator.journal import SqliteJournal
-from tfcoord.coordinator.mesos import driver as mesos
 from tfcoord.coordinator.mesos.config import MesosConfig, Volume
 from tfcoord.coordinator.mesos.engine import FRAMEWORK_ID_META, MesosEngine
 from tfcoord.coordinator.mesos.errors import MesosAuthError, MesosError
 from tfcoord.coordinator.mesos.jobs import MesosJob, parse_role
 from tfcoord.coordinator.server import CoordinatorServer, ServerConfig
+from tfcoord.driver import mesos
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A task command that runs until its node is told to stop.

@@ -11,7 +11,7 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark", reason="the Spark extra is not installed (pip install -e .[spark])")
 
-from tfcoord.node.standalone import LocalSparkCluster  # noqa: E402
+from tfcoord.driver.standalone import LocalSparkCluster  # noqa: E402
 
 #: Executors look for `nvidia-smi` here first; the GPU test puts a fake one in it.
 FAKEBIN = "fakebin"

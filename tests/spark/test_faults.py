@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tfcoord.client import JobFailed
-from tfcoord.node import spark as tfs
+from tfcoord.driver import spark as tfs
 
 from . import mapfuns
 from .mapfuns import args_for

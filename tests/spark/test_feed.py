@@ -17,8 +17,8 @@ import pytest
 
 from tfcoord.client import JobFailed
 from tfcoord.client import feedmessages as fm
+from tfcoord.driver import spark as tfs
 from tfcoord.node import feedtls
-from tfcoord.node import spark as tfs
 from tfcoord.node.feedwire import FEED_META, frame
 
 from . import mapfuns

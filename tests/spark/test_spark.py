@@ -16,7 +16,7 @@ import pytest
 
 from tfcoord import aliases
 from tfcoord.client import JobFailed
-from tfcoord.node import spark as tfs
+from tfcoord.driver import spark as tfs
 
 from . import mapfuns
 from .mapfuns import alive, args_for
@@ -246,7 +246,7 @@ def test_parallel_map_fun_error_names_the_task_with_its_traceback(sc, tmp_path, 
 EARLY_PARALLEL = """
 import sys
 from pyspark import SparkConf, SparkContext
-from tfcoord.node import spark as tfs
+from tfcoord.driver import spark as tfs
 
 def fn(args, ctx):
     pass
@@ -262,7 +262,7 @@ sc.stop()
 
 
 def test_parallel_right_after_the_spark_context_starts_waits_for_executors(tmp_path):
-    from tfcoord.node.standalone import LocalSparkCluster
+    from tfcoord.driver.standalone import LocalSparkCluster
 
     out = subprocess.run(
         [sys.executable, "-c", EARLY_PARALLEL],
@@ -302,7 +302,7 @@ for i in range(2):
 
 @alias_in_use
 def test_a_second_spark_context_in_the_same_driver_runs_clusters_too(tmp_path):
-    from tfcoord.node.standalone import LocalSparkCluster
+    from tfcoord.driver.standalone import LocalSparkCluster
 
     out = subprocess.run(
         [sys.executable, "-c", NEXT_CONTEXT],

@@ -10,7 +10,7 @@ import pytest
 from tests.integration.pki import Pki, have_openssl
 from tfcoord.client import TlsError, tls
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
-from tfcoord.node import spark as tfs
+from tfcoord.driver import spark as tfs
 from tfcoord.node.tlsfiles import TlsFiles
 
 from . import mapfuns

@@ -29,17 +29,19 @@ def test_the_archive_holds_the_node_runtime_and_pure_python_msgpack_and_is_repro
     for required in (
         "__main__.py",
         "tfcoord/__init__.py",
-        "tfcoord/cli.py",
         "tfcoord/client/protocol.py",
+        "tfcoord/node/main.py",
         "tfcoord/node/supervisor.py",
         "tfcoord/node/tfserver.py",
-        "tfcoord/coordinator/state.py",
         "_vendor/msgpack/fallback.py",
     ):
         assert required in names
     assert not [n for n in names if not n.endswith(".py")]  # no compiled extension, no bytecode
+    # The node's layer and the one below it, nothing above: no coordinator, driver or command line.
     assert not [
-        n for n in names if n.startswith("tfcoord/coordinator/") and "state" not in n and "__init__" not in n
+        n
+        for n in names
+        if n.count("/") >= 1 and n.split("/")[1] not in ("__init__.py", "client", "node", "msgpack")
     ]
     assert node_archive() is node_archive()
 
@@ -56,7 +58,7 @@ def test_the_bootstrap_runs_the_archive_in_a_bare_python_and_refuses_a_tampered_
         [argv[0], *BARE[1:], *argv[1:], "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=60
     )
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.startswith("usage: tfcoord node")
+    assert ran.stdout.startswith("usage: tfcoord-node")
     probe = (
         "import runpy,sys;sys.argv=['x'];"
         f"sys.path[:0]=[{str(path)!r},{str(path)!r}+'/_vendor'];"

@@ -44,7 +44,7 @@ NOT_VOCABULARY = {
 #: lines of the file may test it, whose text it is). Counted, so a new test of the same
 #: phrase is a decision someone makes here, not one that slips in.
 FOREIGN_TEXT = {
-    ("node/tfcoord/node/spark.py", "Traceback (most recent call last)"): (
+    ("tfcoord/driver/spark.py", "Traceback (most recent call last)"): (
         1,
         "Spark's Java exception, "
         "which carries the task's Python traceback only as text (shown to people, not decided on)",

@@ -52,7 +52,6 @@ from tfcoord.client.client import check_outcome
 from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import NodeState
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
-from tfcoord.coordinator.mesos import driver as mesos
 from tfcoord.coordinator.mesos.config import (
     ARCHIVE_PASSWORD_ENV,
     ARCHIVE_USER_ENV,
@@ -63,6 +62,7 @@ from tfcoord.coordinator.mesos.config import (
 )
 from tfcoord.coordinator.mesos.errors import MesosConfigError
 from tfcoord.coordinator.mesos.jobs import ENGINE, MesosJob, RoleResources
+from tfcoord.driver import mesos
 
 __all__ = ["Cluster", "Job", "Task", "cluster", "plan"]
 

@@ -24,6 +24,9 @@ import os
 import secrets
 
 NONCE_BYTES = 32
+#: The environment variable that hands a node its job token (hex): the engines set it, the node
+#: entry point reads it, and the node strips it from what its child sees.
+TOKEN_ENV = "TFCOORD_TOKEN"
 #: Secrets shorter than this are refused: 16 bytes is 128 bits of key.
 MIN_SECRET_BYTES = 16
 

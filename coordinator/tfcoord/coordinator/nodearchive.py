@@ -9,9 +9,9 @@ command starts.
 
 The archive is a zipapp (PEP 441), not a tarball: Python imports from it in place, so it
 needs no extraction step, no writable directory besides the sandbox and no tool in the image
-but ``python3``, and a task runs exactly these bytes. It holds ``tfcoord.client``,
-``tfcoord.node``, the ``tfcoord node`` command line (``tfcoord/cli.py`` and the pure
-``tfcoord.coordinator.state`` it reads two constants from) and msgpack's pure-Python
+but ``python3``, and a task runs exactly these bytes. It holds ``tfcoord.client`` and
+``tfcoord.node`` (whose entry point, ``tfcoord.node.main``, is ``tfcoord node``: the
+node needs nothing above its own layer) and msgpack's pure-Python
 implementation (``_vendor/msgpack``: an image needs no compiler and no msgpack of its own;
 the node's traffic is small control messages). Its ``__main__`` puts both on ``sys.path``
 ahead of the image's own packages, so a task never mixes the image's tfcoord (if any) with
@@ -40,9 +40,8 @@ from tfcoord.client import __version__
 
 #: The route on the coordinator's HTTP port; the archive's file name follows it.
 ROUTE_PREFIX = "/v1/node-archive/"
-#: Packages copied whole (their ``.py`` files), and single modules, into the archive.
+#: Packages copied whole (their ``.py`` files) into the archive.
 PACKAGES = ("tfcoord.client", "tfcoord.node")
-MODULES = ("tfcoord.cli", "tfcoord.coordinator", "tfcoord.coordinator.state")
 #: msgpack's pure-Python modules (its C extension is left out: it is built for one Python).
 MSGPACK_FILES = ("__init__.py", "exceptions.py", "ext.py", "fallback.py")
 VENDOR = "_vendor"
@@ -50,7 +49,7 @@ VENDOR = "_vendor"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 MAIN = f'''\
-"""tfcoord {__version__} node runtime: ``python3 ARCHIVE NODE-ARGS...`` is ``tfcoord node NODE-ARGS...``."""
+"""tfcoord {__version__} node runtime: ``python3 ARCHIVE NODE-ARGS...`` is ``tfcoord-node NODE-ARGS...``."""
 import os
 import sys
 
@@ -62,9 +61,9 @@ sys.path[:0] = [p for p in (archive, vendor) if p not in sys.path]
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [archive, vendor] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 )
-from tfcoord.cli import main
+from tfcoord.node.main import main
 
-sys.exit(main(["node"] + sys.argv[1:]))
+sys.exit(main(sys.argv[1:], prog="tfcoord-node"))
 '''
 
 #: The task command's first step: check the fetched archive against the digest the TaskInfo
@@ -104,13 +103,6 @@ def _package_dir(name: str) -> list[Path]:
     return [Path(p) for p in spec.submodule_search_locations]
 
 
-def _module_file(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        raise RuntimeError(f"cannot build the node archive: module {name} has no source file")
-    return Path(spec.origin)
-
-
 def _entries() -> dict[str, bytes]:
     # zipimport finds no namespace package, so tfcoord is a regular one here (it is one
     # package anyway: the image's tfcoord, if any, is never mixed in).
@@ -120,10 +112,6 @@ def _entries() -> dict[str, bytes]:
         for root in _package_dir(pkg):
             for f in sorted(root.glob("*.py")):
                 files[f"{prefix}/{f.name}"] = f.read_bytes()
-    for mod in MODULES:
-        f = _module_file(mod)
-        arc = mod.replace(".", "/") + ("/__init__.py" if f.name == "__init__.py" else ".py")
-        files[arc] = f.read_bytes()
     msgpack_dir = _package_dir("msgpack")[0]
     for name in MSGPACK_FILES:
         files[f"{VENDOR}/msgpack/{name}"] = (msgpack_dir / name).read_bytes()

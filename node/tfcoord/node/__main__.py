@@ -1,8 +1,8 @@
-"""``python -m tfcoord.node ...`` is ``tfcoord node ...`` (see tfcoord.cli)."""
+"""``python -m tfcoord.node ...``: one node (see :mod:`tfcoord.node.main`)."""
 
 import sys
 
-from tfcoord.cli import main
+from tfcoord.node.main import main
 
 if __name__ == "__main__":
-    sys.exit(main(["node", *sys.argv[1:]]))
+    sys.exit(main(prog="python -m tfcoord.node"))

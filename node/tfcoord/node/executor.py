@@ -102,9 +102,13 @@ class NodeSpec:
     legacy_keras: bool = False
     #: The queue names a fed node's DataFeed may use (``run(..., queues=...)``).
     queues: tuple[str, ...] = ("input", "output", "error")
+    #: Called in the node's process before map_fun (``run(..., executor_setup=...)``): the
+    #: TensorFlowOnSpark layer installs its import aliases there, so the node needs no
+    #: knowledge of the layers above it.
+    setup: Callable[[], None] | None = None
 
 
-def _requested_gpus(tf_args: Any) -> tuple[int, bool]:
+def requested_gpus(tf_args: Any) -> tuple[int, bool]:
     """TensorFlowOnSpark's rule: ``tf_args.num_gpus`` if given (required), else one if any exist."""
     n = tf_args.get("num_gpus") if isinstance(tf_args, Mapping) else getattr(tf_args, "num_gpus", None)
     return (1, False) if n is None else (int(n), True)
@@ -162,15 +166,6 @@ def _request_stop(
         print(
             f"tfcoord: could not ask the coordinator to stop job {spec.job}: {e}", file=sys.stderr, flush=True
         )
-
-
-def _install_aliases() -> None:
-    """``import tensorflowonspark`` inside map_fun gives tfcoord's (see tfcoord.aliases)."""
-    try:
-        from tfcoord import aliases
-    except ImportError:  # the node runtime alone: no compat modules to alias
-        return
-    aliases.install()
 
 
 def _child(
@@ -239,7 +234,8 @@ def _child(
             ctx._feed = feed
         # The port must be ours alone from here: wait until the parent closed its copy.
         parent_released.wait()
-        _install_aliases()
+        if spec.setup is not None:
+            spec.setup()
         from .hadoop import expand_classpath
 
         expand_classpath(os.environ)  # hdfs:// paths in TensorFlow, as TensorFlowOnSpark's nodes
@@ -475,7 +471,7 @@ def supervisor_config(
 ) -> SupervisorConfig:
     """How the supervisor runs node ``executor_id`` of a Spark job."""
     role, index = spec.slots[executor_id]
-    num_gpus, required = _requested_gpus(spec.tf_args)
+    num_gpus, required = requested_gpus(spec.tf_args)
     gpus = GpuRequest(
         count=num_gpus,
         require=required,

@@ -31,13 +31,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tfcoord.client import TfcoordError
+from tfcoord.client.auth import TOKEN_ENV
 from tfcoord.client.client import DEFAULT_REQUEST_TIMEOUT_S
 from tfcoord.client.messages import MAX_ERROR_LEN
 
 from . import pdeath
 from .supervisor import STOP_GRACE_S, Child, ChildExit, GpuRequest, Launch, NodeSupervisor, SupervisorConfig
 
-TOKEN_ENV = "TFCOORD_TOKEN"
 #: Server mode: the file descriptor on which the server child writes READY_LINE once it listens.
 READY_FD_ENV = "TFCOORD_READY_FD"
 READY_LINE = b"serving\n"

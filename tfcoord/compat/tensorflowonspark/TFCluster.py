@@ -8,14 +8,23 @@ import os
 from typing import Any
 
 from tfcoord import aliases
+from tfcoord.driver.spark import InputMode, SparkCluster
+from tfcoord.driver.spark import run as _run
 from tfcoord.node import keras2
-from tfcoord.node.spark import InputMode, SparkCluster
-from tfcoord.node.spark import run as _run
 
 log = logging.getLogger("tfcoord.compat")
 
 #: TensorFlowOnSpark's name for the object ``run`` returns.
 TFCluster = SparkCluster
+
+
+def with_aliases(sc: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for the driver, with ``import tensorflowonspark`` giving tfcoord's inside
+    map_fun too: the shim shipped to ``sc``'s executors and the alias finder installed in
+    each node's process before map_fun (see :mod:`tfcoord.aliases`)."""
+    if aliases.installed() and aliases.ship_to_executors(sc):
+        kwargs.setdefault("executor_setup", aliases.install)
+    return kwargs
 
 
 @functools.wraps(_run)
@@ -27,7 +36,7 @@ def run(
     # TensorFlowOnSpark's programs are written for tf.keras 2: Keras 2 in the nodes when tf-keras is
     # installed there, unless the driver says TF_USE_LEGACY_KERAS=0 (tfcoord.node.keras2).
     kwargs.setdefault("legacy_keras", keras2.wanted(os.environ))
-    return _run(sc, map_fun, tf_args, num_executors, num_ps, *args, **kwargs)
+    return _run(sc, map_fun, tf_args, num_executors, num_ps, *args, **with_aliases(sc, kwargs))
 
 
 __all__ = ["InputMode", "TFCluster", "run"]

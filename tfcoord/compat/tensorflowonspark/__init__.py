@@ -7,7 +7,7 @@ cluster = TFCluster.run(sc, main_fun, args, num_executors, num_ps,
 cluster.shutdown()
 """
 
-from tfcoord.node.spark import InputMode
+from tfcoord.driver.spark import InputMode
 
 from . import TFCluster, TFManager, TFNode, TFParallel, TFSparkNode, compat, gpu_info, marker, util
 

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from tfcoord.node.runner import TOKEN_ENV
+from tfcoord.client.auth import TOKEN_ENV
 
 from ..nodearchive import bootstrap_argv
 from .config import MesosConfig

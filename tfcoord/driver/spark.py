@@ -16,7 +16,6 @@ import re
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,11 +25,11 @@ from tfcoord.client.progress import ProgressLines
 from tfcoord.client.replies import TENSORBOARD_PID_META, JobStatus
 from tfcoord.client.vocab import FORMED_JOB, FailureReason, JobState, NodeState
 from tfcoord.client.watcher import FOREVER_S, ended, watch_until
-
-from . import feedtls, feedwire
-from .executor import NodeSpec, run_node, spark_partition
-from .feeder import FeedPlan, FeedTarget, control, inference_partition, train_partition
-from .tlsfiles import TlsFiles
+from tfcoord.node import feedtls, feedwire
+from tfcoord.node.executor import NodeSpec, run_node, spark_partition
+from tfcoord.node.feeder import FeedPlan, FeedTarget, control, inference_partition, train_partition
+from tfcoord.node.parallel import ParallelTask, ParallelTaskFailed
+from tfcoord.node.tlsfiles import TlsFiles
 
 log = logging.getLogger("tfcoord.spark")
 
@@ -123,17 +122,6 @@ def _coordinator(
     return embedded.address, embedded.secret, pinned, embedded
 
 
-def _ship_aliases(sc: Any) -> None:
-    """A driver that imported ``tensorflowonspark`` through tfcoord's alias may run code on
-    executors that imports it too: make the name importable there (tfcoord.aliases)."""
-    try:
-        from tfcoord import aliases
-    except ImportError:  # only the node runtime is installed here: no alias in use
-        return
-    if aliases.installed():
-        aliases.ship_to_executors(sc)
-
-
 def _default_fs(sc: Any) -> str:
     fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS") or "file://"
     return fs[:-1] if fs.startswith("file://") and len(fs) > 7 and fs.endswith("/") else fs
@@ -174,6 +162,7 @@ def run(
     tls: TlsFiles | None = None,
     legacy_keras: bool = False,
     plaintext: bool = False,
+    executor_setup: Callable[[], None] | None = None,
 ) -> SparkCluster:
     """Start a TensorFlow cluster on Spark executors and run ``map_fun(tf_args, ctx)`` on each.
 
@@ -181,6 +170,10 @@ def run(
 
     ``legacy_keras``: ``tf.keras`` is Keras 2 in the nodes when tf-keras is installed there
     (TensorFlowOnSpark's programs are written for it; see :mod:`tfcoord.node.keras2`).
+
+    ``executor_setup``: called in each node's process before ``map_fun`` (it is pickled, so
+    a module-level function of a module the executors can import); the TensorFlowOnSpark layer
+    installs its import aliases this way.
 
     ``coordinator`` and ``secret`` (or ``TFCOORD_ADDRESS`` and ``TFCOORD_SECRET_FILE``) name
     a running coordinator instead of an embedded one; ``tls`` (or ``TFCOORD_TLS_CA``,
@@ -216,7 +209,6 @@ def run(
     if isinstance(queues, str) or not all(isinstance(q, str) and q for q in queues):
         raise ValueError(f"queues must be a list of queue names, not {queues!r}")
     roles = make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
-    _ship_aliases(sc)
     spec = JobSpec(
         roles=roles,
         reservation_timeout_s=float(reservation_timeout),
@@ -245,6 +237,7 @@ def run(
             tls=tls,
             background=input_mode == InputMode.SPARK,
             legacy_keras=legacy_keras,
+            setup=executor_setup,
             queues=tuple(queues),
         )
         cluster = SparkCluster(sc, driver, job, spec, node, embedded, input_mode, tensorboard)
@@ -782,11 +775,6 @@ def _spark_summary(e: BaseException) -> str:
     return first[0][:500] if first else type(e).__name__
 
 
-class ParallelTaskFailed(TfcoordError):
-    """A ``map_fun`` under :func:`parallel` raised; the message names the task, its host and
-    Spark task, and carries the traceback."""
-
-
 #: Executors register with the driver seconds after ``SparkContext()`` returns (a standalone
 #: worker starts one JVM per executor: 5-15 s here, more on a busy cluster); until then
 #: Spark counts only the task slots of those already registered, 0 at first. 30 s covers a
@@ -830,7 +818,15 @@ def await_task_slots(sc: Any, needed: int, wait_s: float = EXECUTOR_WAIT_S) -> i
         time.sleep(EXECUTOR_POLL_S)
 
 
-def parallel(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, use_barrier: bool = True) -> None:
+def parallel(
+    sc: Any,
+    map_fun: Any,
+    tf_args: Any,
+    num_executors: int,
+    use_barrier: bool = True,
+    *,
+    executor_setup: Callable[[], None] | None = None,
+) -> None:
     """Run ``map_fun(tf_args, ctx)`` as ``num_executors`` independent single-node jobs.
 
     With ``use_barrier`` every task starts together (Spark barrier mode), which needs
@@ -851,44 +847,8 @@ def parallel(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, use_barrie
             )
     default_fs = _default_fs(sc)
     working_dir = os.getcwd()
-    _ship_aliases(sc)
 
-    def one(partition: Any) -> list[int]:
-        from pyspark import TaskContext
-
-        from .gpuclaim import lock_dir
-        from .gpus import select_gpus
-
-        (executor_id,) = list(partition)
-        tc = TaskContext.get()
-        where = f"host {socket.gethostname()}" + (
-            f", stage {tc.stageId()} partition {tc.partitionId()} TID {tc.taskAttemptId()} "
-            f"attempt {tc.attemptNumber()}"
-            if tc
-            else ""
-        )
-        num_gpus, required = _requested(tf_args)
-        # Claimed while map_fun runs, so two tasks on one host never share a GPU.
-        gpus = select_gpus(
-            num_gpus,
-            spark_resources=tc.resources() if tc else None,
-            require=required,
-            lock_dir=lock_dir(),
-            holder_name=f"parallel task {executor_id}",
-        )
-        try:
-            os.environ.update(gpus.env())
-            os.environ.pop("TF_CONFIG", None)  # independent: no cluster to join
-            ctx = _single_context(executor_id, num_executors, default_fs, working_dir)
-            map_fun(tf_args, ctx)
-        except Exception:
-            raise ParallelTaskFailed(
-                f"parallel task {executor_id} of {num_executors} ({where}) failed:\n{traceback.format_exc()}"
-            ) from None
-        finally:
-            gpus.release()  # the Python worker may be reused for another task
-        return [executor_id]
-
+    one = ParallelTask(map_fun, tf_args, num_executors, default_fs, working_dir, setup=executor_setup)
     rdd = sc.parallelize(range(num_executors), num_executors)
     try:
         (rdd.barrier() if use_barrier else rdd).mapPartitions(one).collect()
@@ -902,26 +862,6 @@ def parallel(sc: Any, map_fun: Any, tf_args: Any, num_executors: int, use_barrie
 
 
 _PARALLEL_FAILURE = re.compile(r"parallel task \d+ of \d+ \([^\n]*\) failed:")
-
-
-def _requested(tf_args: Any) -> tuple[int, bool]:
-    from .executor import _requested_gpus
-
-    return _requested_gpus(tf_args)
-
-
-def _single_context(executor_id: int, num_workers: int, default_fs: str, working_dir: str):
-    from .context import TFNodeContext
-
-    return TFNodeContext(
-        executor_id=executor_id,
-        job_name="worker",
-        task_index=0,
-        cluster_spec={},
-        num_workers=num_workers,
-        defaultFS=default_fs,
-        working_dir=working_dir,
-    )
 
 
 class _Started:
@@ -1029,7 +969,7 @@ def submit_script(
         if not callable(main_fun):
             raise AttributeError(
                 f"{script} defines no main_fun(args, ctx) and its __main__ block started no job: define "
-                "main_fun, or call tfcoord.node.spark.run(sc, ...) (TFCluster.run) in the script"
+                "main_fun, or call tfcoord.driver.spark.run(sc, ...) (TFCluster.run) in the script"
             )
         sc_conf = SparkConf().setMaster(master).setAppName(app_name)
         for key, value in settings.items():

@@ -16,12 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import IO
 
 from tfcoord.client import DriverClient, JobSpec
+from tfcoord.client.auth import TOKEN_ENV
 from tfcoord.client.progress import ProgressLines
 from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import JobState
 from tfcoord.client.watcher import FOREVER_S, watch_until
-
-from .runner import TOKEN_ENV
 
 #: After the job ends, node processes get this long to exit on their own (they were
 #: told to stop, and stop their command with its own grace) before being killed.

@@ -23,9 +23,8 @@ from tfcoord.client.progress import TimelineLines
 from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import TERMINAL_JOB, JobState, NodeState
 from tfcoord.client.watcher import watch_until
-
-from ..embedded import EmbeddedCoordinator
-from .config import MesosConfig
+from tfcoord.coordinator.embedded import EmbeddedCoordinator
+from tfcoord.coordinator.mesos.config import MesosConfig
 
 log = logging.getLogger("tfcoord.mesos")
 
