@@ -95,7 +95,11 @@ def _supervise(run: Callable[[Callable[[], None]], None], w: int, owner: int) ->
             os.close(w)
 
     # Processes the node forks (map_fun's) must not hold the pipe: the task reads it to its end.
-    os.register_at_fork(after_in_child=lambda: told.is_set() or _close(w))
+    def close_in_child() -> None:
+        if not told.is_set():
+            _close(w)
+
+    os.register_at_fork(after_in_child=close_in_child)
     _watch_executor(owner)
     try:
         run(lambda: say(RUNNING))

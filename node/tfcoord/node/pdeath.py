@@ -28,7 +28,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 #: From <linux/prctl.h>.
 PR_SET_PDEATHSIG = 1
@@ -68,13 +68,23 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
-def popen(cmd: Sequence[str], sig: int = signal.SIGKILL, **kw: Any) -> subprocess.Popen:
-    """``subprocess.Popen(cmd, **kw)`` for a program that is sent ``sig`` when this thread ends.
+@overload
+def popen(cmd: Sequence[str], sig: int = ..., *, text: Literal[True], **kw: Any) -> subprocess.Popen[str]: ...
+@overload
+def popen(
+    cmd: Sequence[str], sig: int = ..., *, text: Literal[False] | None = None, **kw: Any
+) -> subprocess.Popen[bytes]: ...
+def popen(
+    cmd: Sequence[str], sig: int = signal.SIGKILL, *, text: bool | None = None, **kw: Any
+) -> subprocess.Popen[str] | subprocess.Popen[bytes]:
+    """``subprocess.Popen(cmd, text=text, **kw)`` for a program that is sent ``sig`` when this thread ends.
 
     The returned process's pid is the program's own (the trampoline execs it in place).
+    Its streams are ``str`` with ``text=True``, else ``bytes`` (what the type says; ask for
+    text mode with ``text``, not with ``encoding`` or ``errors`` in ``kw``).
     """
     if not supported():
-        return subprocess.Popen(list(cmd), **kw)
+        return subprocess.Popen(list(cmd), text=text, **kw)
     return subprocess.Popen(
-        [sys.executable, "-S", "-c", TRAMPOLINE, str(os.getpid()), str(int(sig)), *cmd], **kw
+        [sys.executable, "-S", "-c", TRAMPOLINE, str(os.getpid()), str(int(sig)), *cmd], text=text, **kw
     )

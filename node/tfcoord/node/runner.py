@@ -29,6 +29,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import IO
 
 from tfcoord.client import TfcoordError
 from tfcoord.client.auth import TOKEN_ENV
@@ -71,7 +72,9 @@ class NodeConfig:
 class _Tail:
     """Pass a stream through while keeping its last bytes (the traceback) for the report."""
 
-    def __init__(self, src, dst, limit: int = MAX_ERROR_LEN, close_dst: bool = False) -> None:
+    def __init__(
+        self, src: IO[bytes], dst: IO[bytes], limit: int = MAX_ERROR_LEN, close_dst: bool = False
+    ) -> None:
         self._close_dst = close_dst
         self._chunks: deque[bytes] = deque()
         self._size = 0
@@ -79,7 +82,7 @@ class _Tail:
         self._thread = threading.Thread(target=self._pump, args=(src, dst), daemon=True)
         self._thread.start()
 
-    def _pump(self, src, dst) -> None:
+    def _pump(self, src: IO[bytes], dst: IO[bytes]) -> None:
         for line in iter(src.readline, b""):
             try:
                 dst.write(line)
@@ -98,8 +101,9 @@ class _Tail:
         return b"".join(self._chunks).decode("utf-8", "replace")
 
 
-def _tail(stderr, launch: Launch) -> _Tail:
+def _tail(stderr: IO[bytes] | None, launch: Launch) -> _Tail:
     """The command's stderr: kept for its error text, and passed on to the node's output log."""
+    assert stderr is not None  # the command was started with stderr=PIPE
     if launch.stderr_fd < 0:
         return _Tail(stderr, sys.stderr.buffer)
     return _Tail(stderr, os.fdopen(os.dup(launch.stderr_fd), "wb"), close_dst=True)

@@ -30,7 +30,7 @@ class TensorBoard:
     """
 
     def __init__(
-        self, logdir: str, host: str, port: int = 0, on_url: Callable[[str], None] | None = None
+        self, logdir: str, host: str, port: int = 0, on_url: Callable[[str], object] | None = None
     ) -> None:
         self.logdir = logdir
         self.url: str | None = None
