@@ -9,7 +9,7 @@ plan travels to the tasks in their closure; each task picks its node by partitio
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,7 +125,7 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
     state = fw.FeederState(node=target.node, qname=plan.qname, train=plan.train)
     silence_s = plan.feed_timeout_s + fw.SILENCE_SLACK_S
 
-    def receive() -> list[Any]:
+    def receive() -> Sequence[Any]:
         try:
             msg = stream.recv()
         except TimeoutError:
@@ -216,7 +216,7 @@ def control(plan: FeedPlan, target: FeedTarget, kind: str, reason: str = "") -> 
     try:
         stream.sock.settimeout(fw.CONNECT_TIMEOUT_S)
         _handshake(stream, plan, target, fm.Open(kind=kind, reason=reason[: m.MAX_TEXT_LEN]))
-    except (OSError, fw.RemoteProtocolError) as e:
+    except (OSError, RemoteProtocolError) as e:
         raise fw.FeedError(f"cannot tell {target.node} at {target.address} {kind}: {e}") from None
     finally:
         stream.sock.close()

@@ -18,13 +18,14 @@ a partition never has more than its window of batches here.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass
 class _Partition:
-    batches: deque[list[Any]] = field(default_factory=deque)
+    batches: deque[Sequence[Any]] = field(default_factory=deque)
     #: Records of ``batches[0]`` already taken.
     offset: int = 0
     ended: bool = False
@@ -73,7 +74,7 @@ class FeedQueue:
             raise ValueError(f"partition connection {pid} is already open on queue {self.name!r}")
         self._parts[pid] = _Partition()
 
-    def put(self, pid: int, records: list[Any]) -> None:
+    def put(self, pid: int, records: Sequence[Any]) -> None:
         p = self._part(pid)
         if p.ended:
             raise ValueError(f"partition connection {pid} sent records after its end")

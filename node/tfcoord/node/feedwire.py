@@ -44,7 +44,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -333,7 +333,7 @@ class FeederState:
         self.credit -= 1
         self.records_sent += n
 
-    def handle(self, msg: m.Message) -> list[Any]:
+    def handle(self, msg: m.Message) -> Sequence[Any]:
         """Apply one message from the node; returns results that arrived (inference)."""
         if isinstance(msg, fm.Credit):
             self.credit += msg.n
