@@ -6,7 +6,12 @@ import getpass
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import socket
+
+    from .ports import PortReservation
 
 
 @dataclass
@@ -37,10 +42,10 @@ class TFNodeContext:
     #: The node's feed server (InputMode.SPARK on a chief, master or worker), else None.
     _feed: Any = field(default=None, repr=False)
     #: The reservation holding the TensorFlow port (a PortReservation), while map_fun runs.
-    _port: Any = field(default=None, repr=False)
+    _port: PortReservation | None = field(default=None, repr=False)
 
     @property
-    def tmp_socket(self) -> Any:
+    def tmp_socket(self) -> socket.socket | None:
         """The socket that holds this node's TensorFlow port until ``release_port()`` (TensorFlowOnSpark's
         name); None once released, and always None with ``release_port=True``."""
         return self._port.socket if self._port is not None else None

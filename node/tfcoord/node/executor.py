@@ -27,7 +27,9 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
+from typing import TYPE_CHECKING, Any
 
 from tfcoord.client import Client, NodeClient, TfcoordError
 from tfcoord.client import messages as m
@@ -53,6 +55,9 @@ from .supervisor import (
 )
 from .tensorboard import TensorBoard
 from .tlsfiles import TlsFiles
+
+if TYPE_CHECKING:
+    from .datafeed import FeedServer
 
 log = logging.getLogger("tfcoord.node")
 
@@ -173,8 +178,8 @@ def _child(
     ctx: TFNodeContext,
     env: dict[str, str],
     port: PortReservation,
-    outcome,
-    parent_released,
+    outcome: Connection[tuple[str, Any], object],
+    parent_released: Event,
     feed_sock: socket.socket | None = None,
     node: str = "",
     parent_pid: int = 0,
@@ -280,7 +285,7 @@ class ForkedFunction(Child):
         self.ssl_context = spec.tls.context() if spec.tls is not None else None  # the files are read once
         self._fork = multiprocessing.get_context("fork")
         self._proc: multiprocessing.process.BaseProcess | None = None
-        self._receive: Any = None
+        self._receive: Connection[object, tuple[str, Any]] | None = None
         self._board: TensorBoard | None = None
         self._feed_sock: socket.socket | None = None
         self._feed_address = ""
@@ -294,7 +299,7 @@ class ForkedFunction(Child):
         self._reader: threading.Thread | None = None
         self._feed_terminated = threading.Event()
         #: After a terminated feed: answers the feeders still coming that the node takes no data.
-        self._lingering: Any = None
+        self._lingering: FeedServer | None = None
         # Where summaries go and TensorBoard looks; map_fun finds it in TFCOORD_LOG_DIR.
         self._logdir = spec.log_dir or os.path.join(spec.working_dir or os.getcwd(), "tensorboard")
 
@@ -381,9 +386,11 @@ class ForkedFunction(Child):
         return self._proc.pid
 
     def _read_child(self) -> None:
+        receive = self._receive
+        assert receive is not None  # started by launch, after the pipe
         while True:
             try:
-                kind, payload = self._receive.recv()
+                kind, payload = receive.recv()
             except EOFError:  # the child died without a word (signal, os._exit in user code)
                 return
             if kind != FEED_TERMINATED:

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import NoReturn
 
 from tfcoord.client import tls
 from tfcoord.client.auth import TOKEN_ENV
@@ -43,7 +43,7 @@ PORT_ENV = "TENSORFLOW_PORT"
 class _Parser(argparse.ArgumentParser):
     """argparse, with a mistake reported as one line (argparse prints the usage too)."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message}; see `{self.prog} --help`")
 
 

@@ -18,7 +18,8 @@ def export_saved_model(model: Any, export_dir: str, is_chief: bool = False, sign
     Raises:
         TypeError: called TensorFlow 1's way, ``(sess, export_dir, tag_set, signatures)``.
     """
-    if isinstance(is_chief, str):
+    given: object = is_chief  # untyped callers may pass TensorFlow 1's tag_set here
+    if isinstance(given, str):
         raise TypeError(
             "export_saved_model(sess, export_dir, tag_set, signatures) is TensorFlow 1's form; "
             "TensorFlowOnSpark 2 refuses it under TensorFlow 2 too. Pass the model: "
