@@ -1,4 +1,6 @@
-"""The words every side of tfcoord shares: job and node states, error codes, failure reasons.
+"""The words every side of tfcoord shares: job and node states, error codes, failure reasons,
+and the coordinator's own words for what moves a job (:class:`JobEvent`) and what a
+pending request waits for (:class:`WaitKind`).
 
 After h11's ``_state`` and ``_events``: the coordinator, the clients, the nodes, the
 engines and the command line import these names instead of writing ``"FAILED"`` or
@@ -185,3 +187,37 @@ class FailureReason(enum.StrEnum):
 
 #: The reasons a stop request may give (``messages.StopJob.cause``).
 STOP_CAUSES = (FailureReason.STOPPED, FailureReason.ENGINE_FAILED, FailureReason.FEED_TIMEOUT)
+
+
+class JobEvent(enum.StrEnum):
+    """What moves a job along its life cycle: the keys of each row of
+    ``coordinator.state.JOB_TRANSITIONS``. Never on the wire; the coordinator's state
+    machine names its transitions with these, not with strings."""
+
+    #: The first node registered: the job's slots are being filled.
+    REGISTER = "register"
+    #: Every slot is filled and the cluster spec is out.
+    COMPLETE = "complete"
+    #: Every node reported RUNNING.
+    RUN = "run"
+    #: Every node that decides the job's success succeeded (and serving nodes had their grace).
+    SUCCEED = "succeed"
+    #: A required node failed or was lost, the reservation timed out, the engine gave up.
+    FAIL = "fail"
+    #: A stop was requested.
+    STOP = "stop"
+    #: The last live node of a stopping job ended.
+    ALL_STOPPED = "all_stopped"
+
+
+class WaitKind(enum.StrEnum):
+    """What a request left pending on the coordinator waits for (waiting is push, never poll)."""
+
+    #: ``await_cluster``: a node waits for the cluster spec.
+    CLUSTER = "cluster"
+    #: ``await_stop``: a node waits to be told to stop.
+    STOP = "stop"
+    #: ``await_job``: a driver waits for its job to end.
+    JOB = "job"
+    #: ``watch_job``: a driver waits for its job's status to change.
+    WATCH = "watch"
