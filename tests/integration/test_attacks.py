@@ -168,10 +168,14 @@ def test_waits_of_closed_connections_leave_the_timer_heap():
             raw = Raw(coord.port).login(coord.secret, "driver", owner_key=owner_key)
             for i in range(60):
                 raw.send(m.AwaitJob(id=i + 1, job=job, timeout_s=7 * 86400.0))
-            wait_until(lambda: coord.call(lambda: len(coord.server.state._waits)) == 60, what="60 waits")
+            wait_until(
+                lambda: coord.call(lambda: len(coord.server.state.waits.pending)) == 60, what="60 waits"
+            )
             raw.close()
-            wait_until(lambda: coord.call(lambda: len(coord.server.state._waits)) == 0, what="waits gone")
-        assert coord.call(lambda: len(coord.server.state._timers)) <= 2 * s.STALE_TIMER_SLACK + 8
+            wait_until(
+                lambda: coord.call(lambda: len(coord.server.state.waits.pending)) == 0, what="waits gone"
+            )
+        assert coord.call(lambda: len(coord.server.state.timers.heap)) <= 2 * s.STALE_TIMER_SLACK + 8
 
 
 # -- 6: one source taking every handshake slot ---------------------------------------------------

@@ -26,6 +26,7 @@ from tfcoord.client import (
 )
 from tfcoord.client import messages as m
 from tfcoord.client.protocol import Connection
+from tfcoord.client.vocab import WaitKind
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 
 from .rawwire import Raw, wait_until
@@ -305,13 +306,13 @@ def test_a_wait_on_its_default_deadline_survives_a_reconnect(coordinator, backgr
         job = d.submit(JobSpec(roles=make_roles(1)))
         background.start(d.await_job, job)  # timeout_s = MAX_TIMEOUT_S, the default
         wait_until(
-            lambda: bool(coordinator.call(lambda: coordinator.server.state._job_waits(job, "job"))),
+            lambda: bool(coordinator.call(lambda: coordinator.server.state.waits.of_job(job, WaitKind.JOB))),
             what="the await_job to reach the coordinator",
         )
         d._sock.shutdown(socket.SHUT_RDWR)  # the network drops the connection
         wait_until(lambda: d.reconnects >= 1, what="a reconnect")
         wait_until(
-            lambda: bool(coordinator.call(lambda: coordinator.server.state._job_waits(job, "job"))),
+            lambda: bool(coordinator.call(lambda: coordinator.server.state.waits.of_job(job, WaitKind.JOB))),
             what="the resent await_job",
         )
         other.stop(job, "enough")

@@ -24,7 +24,7 @@ from tfcoord.client import messages as m
 from tfcoord.client import protocol
 from tfcoord.client.messages import JobSpec
 from tfcoord.client.protocol import decode_spec, pack
-from tfcoord.client.vocab import FailureReason
+from tfcoord.client.vocab import FailureReason, WaitKind
 from tfcoord.coordinator import state as s
 from tfcoord.coordinator.journal import (
     FILENAME,
@@ -42,6 +42,7 @@ from tfcoord.coordinator.state import (
     JobState,
     NodeState,
     Waiter,
+    telemetry,
 )
 
 J, N = JobState, NodeState
@@ -643,7 +644,9 @@ def test_a_node_that_disconnects_before_its_chunk_gets_no_answer_but_turns_ready
     while h.continuing:
         h.go_on()
     assert waits[3].pending and h.node(3).state is N.READY
-    assert h.state._waits == {} or all(w.kind != "cluster" for w in h.state._waits.values())
+    assert h.state.waits.pending == {} or all(
+        w.kind != WaitKind.CLUSTER for w in h.state.waits.pending.values()
+    )
 
 
 def test_a_completion_is_journaled_step_by_step_and_replays_the_same() -> None:
@@ -1174,11 +1177,11 @@ def test_heartbeats_move_a_nodes_deadline_without_piling_up_timer_entries(h: Har
     """A heartbeat only moves the deadline later; the one timer entry catches up when it fires
     (at 10,000 nodes one entry per heartbeat kept 150,000 alive, and GC passes stalled the loop)."""
     h.run(spec(("worker", 2), heartbeat_timeout_s=30.0))
-    entries = len(h.state._timers)
+    entries = len(h.state.timers.heap)
     for k in range(1, 200):
         for eid in (0, 1):
             h.heartbeat(eid, now=T0 + k * 0.1)
-    assert len(h.state._timers) == entries
+    assert len(h.state.timers.heap) == entries
     assert h.tick(T0 + 30) == []  # the first entry fires: both nodes were heard from since
     assert h.state.next_deadline() == pytest.approx(T0 + 19.9 + 30)
     h.tick(T0 + 19.9 + 30)
@@ -1500,12 +1503,12 @@ def test_every_transition_outside_the_table_raises(
         assert (not table[state]) == (state in terminal), state
         for event in events:
             if event in table[state]:
-                assert s._next(table, state, event) is table[state][event]
+                assert s.next_state(table, state, event) is table[state][event]
             else:
                 with pytest.raises(
                     InvalidTransition, match=f"'{event}' is not allowed in state {state.name}"
                 ):
-                    s._next(table, state, event)
+                    s.next_state(table, state, event)
 
 
 def test_the_job_table_matches_the_design() -> None:
@@ -2116,7 +2119,7 @@ def test_merged_node_metadata_is_bounded(h: Harness) -> None:
         meta = {f"k{i}-{j}": "v" * 1000 for j in range(m.MAX_META_ENTRIES)}
         h.heartbeat(0, meta=meta)
     meta = h.node(0).meta
-    assert len(meta) <= m.MAX_META_ENTRIES and s._meta_chars(meta) <= s.MAX_META_CHARS
+    assert len(meta) <= m.MAX_META_ENTRIES and s.meta_chars(meta) <= s.MAX_META_CHARS
     assert "k99-31" in meta  # the newest keys stay
     h.state.validate()
 
@@ -2134,8 +2137,8 @@ def test_removed_waits_leave_the_timer_heap(h: Harness) -> None:
                 )
             )
         h.disconnect(conn)
-    assert len(h.state._waits) == 0
-    assert len(h.state._timers) <= 2 * s.STALE_TIMER_SLACK + 16
+    assert len(h.state.waits.pending) == 0
+    assert len(h.state.timers.heap) <= 2 * s.STALE_TIMER_SLACK + 16
     h.state.validate()
 
 
@@ -2282,8 +2285,8 @@ def test_progress_series_are_bounded_and_thinned_when_the_job_ends(h: Harness, m
         "step": s.SERIES_POINTS_PER_NODE + 49
     }
     # The same bounds at a smaller scale: a job's points are shared by its nodes.
-    monkeypatch.setattr(s, "SERIES_POINTS_PER_JOB", 400)
-    monkeypatch.setattr(s, "SERIES_POINTS_FINISHED", 100)
+    monkeypatch.setattr(telemetry, "SERIES_POINTS_PER_JOB", 400)
+    monkeypatch.setattr(telemetry, "SERIES_POINTS_FINISHED", 100)
     h.run(spec(("worker", 40)), job="big")
     for t in range(30):
         for eid in range(40):
@@ -2353,8 +2356,8 @@ def test_node_output_is_kept_numbered_and_read_from_a_line_on(h: Harness) -> Non
 
 
 def test_node_output_is_bounded_with_the_drops_counted(h: Harness, monkeypatch) -> None:
-    monkeypatch.setattr(s, "LOG_LINES_PER_NODE", 100)
-    monkeypatch.setattr(s, "LOG_LINES_FINISHED", 100)
+    monkeypatch.setattr(telemetry, "LOG_LINES_PER_NODE", 100)
+    monkeypatch.setattr(telemetry, "LOG_LINES_FINISHED", 100)
     h.run()
     for i in range(5):
         h.node_logs(0, *(f"line {i * 50 + j}" for j in range(50)), dropped=2 if i == 4 else 0)
