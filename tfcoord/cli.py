@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import hmac
 import json
@@ -77,6 +78,7 @@ from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import JobState
 from tfcoord.client.watcher import FOREVER_S
 from tfcoord.coordinator.state import KEEP_FINISHED_JOBS, KEEP_FINISHED_S
+from tfcoord.driver.session import CoordinatorLink, stop_and_wait
 from tfcoord.node import main as node_main
 
 log = logging.getLogger("tfcoord")
@@ -112,7 +114,7 @@ class UserScriptError(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse, with a mistake reported as one line (argparse prints the usage too)."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         raise UsageError(f"{message}; see `{self.prog} --help`")
 
 
@@ -639,7 +641,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(dict(listing.wire), indent=2, sort_keys=True))
             return 0
-        rows = [("JOB", "NAME", "ENGINE", "STATE", "NODES", "SUBMITTED", "ENDED")]
+        rows: list[tuple[str, ...]] = [("JOB", "NAME", "ENGINE", "STATE", "NODES", "SUBMITTED", "ENDED")]
         for j in listing.jobs:
             rows.append(
                 (
@@ -662,12 +664,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"error: {st.error}")
     elif st.stop_reason:
         print(f"stop reason: {st.stop_reason}")
-    rows = [("EXECUTOR", "ROLE", "STATE", "HOST:PORT", "GPUS", "ATTEMPT", "LAST SEEN", "ERROR")]
+    node_rows: list[tuple[str, ...]] = [
+        ("EXECUTOR", "ROLE", "STATE", "HOST:PORT", "GPUS", "ATTEMPT", "LAST SEEN", "ERROR")
+    ]
     for n in st.nodes:
         # The last line of a traceback names the exception; an error of blanks has none.
         err_lines = n.error.strip().splitlines()
         err = err_lines[-1][:60] if err_lines else ""
-        rows.append(
+        node_rows.append(
             (
                 str(n.executor_id),
                 n.name,
@@ -679,7 +683,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 err,
             )
         )
-    _table(rows)
+    _table(node_rows)
     for line in st.missing:
         print(f"missing: {line}")
     progress = [(n, n.figures) for n in st.nodes if n.figures]
@@ -752,7 +756,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             time.sleep(LOGS_POLL_S)
 
 
-def _table(rows: list[tuple[str, ...]]) -> None:
+def _table(rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
@@ -871,41 +875,28 @@ def cmd_submit(args: argparse.Namespace) -> int:
         )
     except (ValueError, TfcoordError) as e:
         raise UsageError(str(e)) from None
-    embedded = None
-    address = args.address or os.environ.get(ADDRESS_ENV)
-    if address:
+    if args.address or os.environ.get(ADDRESS_ENV):
         cfg = _client_config(args)
+        link = CoordinatorLink(cfg.address, cfg.secret, cfg.ssl_context)
     else:
-        from tfcoord.coordinator.embedded import start_embedded
-
-        # The embedded coordinator's per-event log would drown the job's own output.
-        logging.getLogger("tfcoord.coordinator").setLevel(max(logging.WARNING, logging.getLogger().level))
-        embedded = start_embedded(plaintext=args.plaintext)  # which logs a warning for plaintext
-        cfg = ClientConfig(
-            embedded.address,
-            embedded.secret,
-            tls.client_context(ca_pem=embedded.ca_pem) if embedded.ca_pem else None,
-        )
+        link = CoordinatorLink.start_embedded(
+            quiet=True, plaintext=args.plaintext
+        )  # which warns for plaintext
     node_env = None
-    ca_dir = tempfile.TemporaryDirectory(prefix="tfcoord-ca-") if embedded and embedded.ca_pem else None
-    try:
-        if ca_dir is not None:
+    with link, contextlib.ExitStack() as cleanup:
+        if link.ca_pem:
             # The nodes (tfcoord node, TFCOORD_TLS_CA) pin the embedded coordinator's own CA:
             # a public certificate, written where only they look, removed with the job.
-            ca_file = Path(ca_dir.name, "ca.pem")
-            ca_file.write_text(embedded.ca_pem)  # type: ignore[union-attr, arg-type]
+            ca_dir = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="tfcoord-ca-"))
+            ca_file = Path(ca_dir, "ca.pem")
+            ca_file.write_text(link.ca_pem)
             node_env = dict(os.environ, **{TLS_CA_ENV: str(ca_file)})
             node_env.pop(TLS_CERT_ENV, None)
             node_env.pop(TLS_KEY_ENV, None)
-        with _connect(cfg, args) as driver:
+        with _connect(ClientConfig(link.address, link.secret, link.ssl_context), args) as driver:
             # With --json stdout carries the final status alone; the nodes' output goes to stderr.
             out = sys.stderr.buffer if args.json else None
             status = run_local(driver, spec, command, emit=_emit, out=out, env=node_env)
-    finally:
-        if embedded is not None:
-            embedded.stop()
-        if ca_dir is not None:
-            ca_dir.cleanup()
     _print_final(args, status)
     return 0 if status.state == JobState.SUCCEEDED else EXIT_FAILED
 
@@ -995,54 +986,48 @@ def _submit_mesos(args: argparse.Namespace) -> int:
         spec = mjob.to_spec(name=args.name, reservation_timeout_s=args.reservation_timeout)
     except (MesosConfigError, TfcoordError) as e:
         raise UsageError(str(e)) from None
-    embedded = None
     if args.address or os.environ.get(ADDRESS_ENV):
         cfg = _client_config(args)  # that coordinator must run the framework (MESOS_MASTER)
+        link = CoordinatorLink(cfg.address, cfg.secret, cfg.ssl_context)
     else:
         try:
             config = MesosConfig.from_env(os.environ, master=args.mesos_master)
         except MesosConfigError as e:
             raise UsageError(str(e)) from None
-        quiet = max(logging.WARNING, logging.getLogger().level)  # the job's timeline is printed instead
-        logging.getLogger("tfcoord.coordinator").setLevel(quiet)
-        logging.getLogger("tfcoord.mesos").setLevel(quiet)
-        embedded = mesos.start_coordinator(
+        # The job's timeline is printed instead of the framework's per-event log.
+        logging.getLogger("tfcoord.mesos").setLevel(max(logging.WARNING, logging.getLogger().level))
+        link = mesos.start_link(
             config, advertise_host=args.advertise_host, gpus=mjob.gpus, plaintext=args.plaintext
         )
-        cfg = ClientConfig(embedded.address, embedded.secret, mesos.driver_tls(embedded))
     what = "serving tf.distribute.Server" if mjob.server_mode else f"running {' '.join(command)}"
-    try:
-        with _connect(cfg, args) as driver:
-            job = driver.submit(spec)
-            _emit(
-                f"job {job} submitted to Mesos: "
-                + ", ".join(f"{r.count} {r.role} ({r.resources_text()})" for r in mjob.roles)
-                + f", {what}"
-            )
-            if args.no_wait:  # the coordinator's framework places and watches the tasks
-                if args.json:
-                    print(json.dumps({"job": job}), flush=True)
-                else:
-                    print(job, flush=True)
-                _emit(f"not waiting: follow it with `tfcoord status {job}`, end it with `tfcoord stop {job}`")
-                return 0
-            try:
-                if mjob.server_mode:
-                    status = mesos.wait_running(
-                        driver, job, emit=_emit, timeout_s=args.reservation_timeout + mesos.RUNNING_GRACE_S
-                    )
-                    _emit(
-                        f"cluster serving: {json.dumps(status.cluster)}; Ctrl-C or `tfcoord stop {job}` ends it"
-                    )
-                status = mesos.await_state(driver, job, timeout_s=FOREVER_S, emit=_emit)
-            except KeyboardInterrupt:
-                _emit("interrupted: stopping the job")
-                status = mesos.stop_and_wait(driver, job, "tfcoord submit was interrupted")
-                if not mjob.server_mode:
-                    return 130
-    finally:
-        if embedded is not None:
-            embedded.stop()
+    with link, _connect(ClientConfig(link.address, link.secret, link.ssl_context), args) as driver:
+        job = driver.submit(spec)
+        _emit(
+            f"job {job} submitted to Mesos: "
+            + ", ".join(f"{r.count} {r.role} ({r.resources_text()})" for r in mjob.roles)
+            + f", {what}"
+        )
+        if args.no_wait:  # the coordinator's framework places and watches the tasks
+            if args.json:
+                print(json.dumps({"job": job}), flush=True)
+            else:
+                print(job, flush=True)
+            _emit(f"not waiting: follow it with `tfcoord status {job}`, end it with `tfcoord stop {job}`")
+            return 0
+        try:
+            if mjob.server_mode:
+                status = mesos.wait_running(
+                    driver, job, emit=_emit, timeout_s=args.reservation_timeout + mesos.RUNNING_GRACE_S
+                )
+                _emit(
+                    f"cluster serving: {json.dumps(status.cluster)}; Ctrl-C or `tfcoord stop {job}` ends it"
+                )
+            status = mesos.await_state(driver, job, timeout_s=FOREVER_S, emit=_emit)
+        except KeyboardInterrupt:
+            _emit("interrupted: stopping the job")
+            status = stop_and_wait(driver, job, "tfcoord submit was interrupted", mesos.STOP_WAIT_S)
+            if not mjob.server_mode:
+                return 130
     if status.state == JobState.FAILED:
         _emit(f"job {job} failed: {status.error}")
     _print_final(args, status)

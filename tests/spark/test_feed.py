@@ -265,7 +265,9 @@ def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path, monkeypatch):
     monkeypatch.setenv("TFOS_SERVER_PORT", str(port))
     monkeypatch.setenv("TFCOORD_RUNTIME_DIR", str(tmp_path / "run"))
     cluster = tfs.run(sc, mapfuns.stream_consumer, args_for(tmp_path), 1, 0, input_mode=SPARK)
-    assert cluster.cluster_meta["server_addr"][1] == port and cluster._embedded.port == port
+    assert cluster.cluster_meta["server_addr"][1] == port and cluster.link.address.rpartition(":")[2] == str(
+        port
+    )
     with pytest.warns(FutureWarning, match="DStream is deprecated"):
         ssc = StreamingContext(sc, 0.5)
     batches = 200

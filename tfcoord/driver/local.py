@@ -22,6 +22,8 @@ from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import JobState
 from tfcoord.client.watcher import FOREVER_S, watch_until
 
+from .session import stops_on_interrupt
+
 #: After the job ends, node processes get this long to exit on their own (they were
 #: told to stop, and stop their command with its own grace) before being killed.
 EXIT_GRACE_S = 20.0
@@ -52,52 +54,47 @@ def run_local(
     node_env[TOKEN_ENV] = driver.job_token(job).hex()
     node_env.setdefault("PYTHONUNBUFFERED", "1")
     lock = threading.Lock()
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     pumps: list[threading.Thread] = []
     try:
-        for executor_id, (role, index) in enumerate(spec.slots()):
-            p = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tfcoord.node",
-                    "--address",
-                    driver.address,
-                    "--job",
-                    job,
-                    "--executor-id",
-                    str(executor_id),
-                    "--host",
-                    "127.0.0.1",
-                    "--",
-                    *command,
-                ],
-                env=node_env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+        with stops_on_interrupt(driver, job, "the submitting process was interrupted"):
+            for executor_id, (role, index) in enumerate(spec.slots()):
+                p = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tfcoord.node",
+                        "--address",
+                        driver.address,
+                        "--job",
+                        job,
+                        "--executor-id",
+                        str(executor_id),
+                        "--host",
+                        "127.0.0.1",
+                        "--",
+                        *command,
+                    ],
+                    env=node_env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+                procs.append(p)
+                t = threading.Thread(
+                    target=_pump, args=(p.stdout, f"[{role}:{index}] ".encode(), out, lock), daemon=True
+                )
+                t.start()
+                pumps.append(t)
+            watch_until(
+                driver,
+                job,
+                timeout_s=spec.reservation_timeout_s + FOREVER_S,
+                brief=True,
+                on_change=ProgressLines(emit),
             )
-            procs.append(p)
-            t = threading.Thread(
-                target=_pump, args=(p.stdout, f"[{role}:{index}] ".encode(), out, lock), daemon=True
-            )
-            t.start()
-            pumps.append(t)
-        watch_until(
-            driver,
-            job,
-            timeout_s=spec.reservation_timeout_s + FOREVER_S,
-            brief=True,
-            on_change=ProgressLines(emit),
-        )
-        status = driver.status(job)
-        if status.state != JobState.SUCCEEDED:  # say why at once; stopping the nodes may take seconds
-            emit(status.why)
-    except BaseException:
-        try:  # interrupted: stop the nodes rather than orphan them
-            driver.stop(job, "the submitting process was interrupted")
-        except Exception:
-            pass
-        raise
+            status = driver.status(job)
+            if status.state != JobState.SUCCEEDED:  # say why at once; stopping the nodes may take seconds
+                emit(status.why)
     finally:
         for p in procs:
             try:

@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from tfcoord.client import DriverClient, tls
+from tfcoord.client import DriverClient
 from tfcoord.client.client import check_outcome
 from tfcoord.client.errors import DeadlineExceeded
 from tfcoord.client.progress import TimelineLines
@@ -26,11 +26,15 @@ from tfcoord.client.watcher import watch_until
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 from tfcoord.coordinator.mesos.config import MesosConfig
 
+from . import session
+from .session import CoordinatorLink
+from .session import stop_and_wait as stop_and_wait  # the Mesos drivers stop jobs as every driver does
+
 log = logging.getLogger("tfcoord.mesos")
 
 #: Once a cluster is left (``with cluster(...)`` exits), its nodes are told to stop and
 #: acknowledge within a second or two; past this the framework's TEARDOWN kills them anyway.
-STOP_WAIT_S = 30.0
+STOP_WAIT_S = session.STOP_WAIT_S
 #: After the reservation deadline, nodes still have to start serving (TensorFlow imports in
 #: about 6 s, slower on a loaded agent); past this extra time a wait for RUNNING gives up.
 RUNNING_GRACE_S = 120.0
@@ -72,9 +76,14 @@ def start_coordinator(
     ).start()
 
 
+def start_link(config: MesosConfig, **options: Any) -> CoordinatorLink:
+    """:func:`start_coordinator`, as the driver's link to it (its CA pinned)."""
+    return CoordinatorLink.of_embedded(start_coordinator(config, **options))
+
+
 def driver_tls(coord: EmbeddedCoordinator) -> ssl.SSLContext | None:
     """The driver's TLS context toward ``coord``: its own CA pinned; None if it serves plaintext."""
-    return tls.client_context(ca_pem=coord.ca_pem) if coord.ca_pem else None
+    return CoordinatorLink.of_embedded(coord).ssl_context
 
 
 def await_state(
@@ -119,15 +128,6 @@ def wait_running(
     status = await_state(driver, job, until={JobState.RUNNING}, timeout_s=timeout_s, emit=emit)
     check_outcome(status)  # FAILED and STOPPED raise; SUCCEEDED (a quick command) is fine
     return status
-
-
-def stop_and_wait(driver: DriverClient, job: str, reason: str, timeout_s: float = STOP_WAIT_S) -> JobStatus:
-    """Stop a job and wait (bounded) until it ends; returns its last status."""
-    driver.stop(job, reason)
-    try:
-        return await_state(driver, job, timeout_s=timeout_s)
-    except DeadlineExceeded:
-        return driver.status(job)
 
 
 def targets(cluster: Mapping[str, list[str]]) -> dict[str, str]:

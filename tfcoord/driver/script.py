@@ -54,7 +54,7 @@ def compile_script(path: str) -> tuple[Path, types.CodeType]:
 
 
 def run_as_main(
-    file: Path, code: types.CodeType, argv: list[str], passthrough: tuple[type, ...] = ()
+    file: Path, code: types.CodeType, argv: list[str], passthrough: tuple[type[BaseException], ...] = ()
 ) -> tuple[Any, bool]:
     """Execute ``code`` as the ``__main__`` module with ``sys.argv = [file, *argv]``.
 

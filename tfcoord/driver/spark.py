@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tfcoord.client import DriverClient, JobFailed, JobSpec, TfcoordError, auth, make_roles
+from tfcoord.client import DriverClient, JobFailed, JobSpec, TfcoordError, auth, connfile, make_roles
+from tfcoord.client.entry import ADDRESS_ENV, SECRET_FILE_ENV
 from tfcoord.client.messages import MAX_TIMEOUT_S
 from tfcoord.client.progress import ProgressLines
 from tfcoord.client.replies import TENSORBOARD_PID_META, JobStatus
@@ -30,6 +31,8 @@ from tfcoord.node.executor import NodeSpec, run_node, spark_partition
 from tfcoord.node.feeder import FeedPlan, FeedTarget, control, inference_partition, train_partition
 from tfcoord.node.parallel import ParallelTask, ParallelTaskFailed
 from tfcoord.node.tlsfiles import TlsFiles
+
+from .session import CoordinatorLink
 
 log = logging.getLogger("tfcoord.spark")
 
@@ -65,34 +68,33 @@ class InputMode:
 
 def _coordinator(
     sc: Any, address: str | None, secret: bytes | None, tls: TlsFiles | None, plaintext: bool = False
-):
-    """(address, secret, TLS files or None, embedded-or-None) for this run.
+) -> tuple[CoordinatorLink, TlsFiles | None]:
+    """The driver's link to its coordinator, and the TLS files its nodes read to reach it.
 
     An embedded coordinator serves TLS with a certificate of its own (its default),
     whose CA its nodes pin through the job (``TlsFiles.ca_pem``): executors dial it across
     the cluster's network, where anyone on the path could otherwise read cluster specs and
     tracebacks or inject frames. ``plaintext`` opts out, with a warning.
     """
-    address = address or os.environ.get("TFCOORD_ADDRESS")
+    address = address or os.environ.get(ADDRESS_ENV)
     if address:
         if secret is None:
-            path = os.environ.get("TFCOORD_SECRET_FILE")
+            path = os.environ.get(SECRET_FILE_ENV)
             if not path:
                 raise ValueError(
-                    "TFCOORD_ADDRESS is set but TFCOORD_SECRET_FILE is not; set both, or neither "
+                    f"{ADDRESS_ENV} is set but {SECRET_FILE_ENV} is not; set both, or neither "
                     "to use an embedded coordinator"
                 )
             secret = auth.read_secret(path)
         # A driver program configured like the CLI (TFCOORD_TLS_*) reaches the coordinator like it.
-        return address, secret, tls or TlsFiles.from_env(os.environ), None
+        tls = tls or TlsFiles.from_env(os.environ)
+        return CoordinatorLink(address, secret, tls.context() if tls is not None else None), tls
     if tls is not None:
         raise ValueError(
             "tls= is for a running coordinator that serves TLS: give its address too "
-            "(coordinator= or TFCOORD_ADDRESS); the embedded coordinator makes its own certificate, "
+            f"(coordinator= or {ADDRESS_ENV}); the embedded coordinator makes its own certificate, "
             "which its nodes pin"
         )
-    from tfcoord.coordinator.embedded import start_embedded
-
     host = next((os.environ[e] for e in SERVER_HOST_ENVS if os.environ.get(e)), None)
     host = host or sc.getConf().get("spark.driver.host", None) or socket.gethostbyname(socket.gethostname())
     # TensorFlowOnSpark's TFOS_SERVER_PORT fixes its reservation server's port (a firewall lets
@@ -100,9 +102,7 @@ def _coordinator(
     port = os.environ.get("TFOS_SERVER_PORT", "").strip()
     if port and not port.isdigit():
         raise ValueError(f"TFOS_SERVER_PORT must be a port number, not {port!r}")
-    from tfcoord.client import connfile
-
-    embedded = start_embedded(
+    link = CoordinatorLink.start_embedded(
         host="0.0.0.0",
         advertise_host=host,
         port=int(port or 0),
@@ -114,12 +114,11 @@ def _coordinator(
     log.info(
         "coordinator listening at %s (stop a job from another shell: tfcoord stop JOB, or "
         "stop_streaming.py %s %s)",
-        embedded.address,
+        link.address,
         host,
-        embedded.port,
+        link.address.rpartition(":")[2],
     )
-    pinned = TlsFiles(ca_pem=embedded.ca_pem) if embedded.ca_pem else None
-    return embedded.address, embedded.secret, pinned, embedded
+    return link, TlsFiles(ca_pem=link.ca_pem) if link.ca_pem else None
 
 
 def _default_fs(sc: Any) -> str:
@@ -216,8 +215,9 @@ def run(
         name=name or sc.appName,
         labels=_labels(sc),
     )
-    address, key, tls, embedded = _coordinator(sc, coordinator, secret, tls, plaintext)
-    driver = DriverClient(address, key, ssl_context=tls.context() if tls is not None else None).connect()
+    link, tls = _coordinator(sc, coordinator, secret, tls, plaintext)
+    address = link.address
+    driver = link.connect().connect()
     try:
         job = driver.submit(spec)
         node = NodeSpec(
@@ -240,11 +240,10 @@ def run(
             setup=executor_setup,
             queues=tuple(queues),
         )
-        cluster = SparkCluster(sc, driver, job, spec, node, embedded, input_mode, tensorboard)
+        cluster = SparkCluster(sc, driver, job, spec, node, link, input_mode, tensorboard)
     except BaseException:
         driver.close()
-        if embedded is not None:
-            embedded.stop()
+        link.close()
         raise
     cluster.queues = tuple(queues)
     _Started.count += 1
@@ -270,7 +269,7 @@ class SparkCluster:
         job: str,
         spec: JobSpec,
         node: NodeSpec,
-        embedded: Any,
+        link: CoordinatorLink,
         input_mode: int,
         tensorboard: bool,
     ) -> None:
@@ -283,7 +282,8 @@ class SparkCluster:
         #: The queue names train()/inference() may feed (run's ``queues``).
         self.queues: tuple[str, ...] = ("input", "output", "error")
         self._tensorboard = tensorboard
-        self._embedded = embedded
+        #: The coordinator: an embedded one is stopped with the cluster.
+        self.link = link
         self._threads: list[threading.Thread] = []
         self._group = f"tfcoord-{job}"
         self.spark_error: BaseException | None = None
@@ -542,8 +542,7 @@ class SparkCluster:
             for t in self._threads:
                 t.join(timeout=STOP_WAIT_S)
         self.driver.close()
-        if self._embedded is not None:
-            self._embedded.stop()
+        self.link.close()
 
     # -- InputMode.SPARK -----------------------------------------------------------------
 

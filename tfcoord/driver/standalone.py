@@ -30,7 +30,7 @@ def _free_port() -> int:
     # moment later. The same race every peer has, limited to test/demo set-up.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def spark_home() -> Path:
