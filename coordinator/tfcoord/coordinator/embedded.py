@@ -133,35 +133,9 @@ class EmbeddedCoordinator:
         #: Sees and stops every job (drivers only their own); never given to executors.
         self.admin_secret = admin_secret or auth.new_secret()
         engines: tuple[EngineFactory, ...] = ()
-        if mesos is not None and self.ca_pem is not None:
-            import dataclasses
-
-            # Its tasks run on other hosts: the CA they pin travels in their environment
-            # (public, unlike the job token beside it).
-            mesos = dataclasses.replace(mesos, env=(*mesos.env, (tls.CA_PEM_ENV, self.ca_pem)))
-        if mesos is not None:
-            from .mesos.plugin import MesosEngineFactory
-
-            engines = (MesosEngineFactory(mesos, gpu_resources=mesos_gpus),)
         http = None
-        if mesos is not None and mesos.node_archive:
-            # Its tasks fetch the node archive from the HTTP port. Under an ephemeral
-            # certificate that port speaks plain HTTP: no Mesos fetcher could verify the
-            # certificate, and tasks check the archive's SHA-256 anyway. The bearer token is
-            # made here and given to no one, so nothing but the archive and the public routes
-            # answers there (see HttpConfig.plaintext).
-            auth_pair = (
-                (mesos.archive_username, mesos.archive_password)
-                if mesos.archive_username is not None and mesos.archive_password is not None
-                else None
-            )
-            http = HttpConfig(
-                token=auth.new_secret(),
-                host=host,
-                port=0,
-                archive_auth=auth_pair,
-                plaintext=self.ca_pem is not None,
-            )
+        if mesos is not None:
+            engines, http = _mesos_engine(mesos, mesos_gpus, host, self.ca_pem)
         self.config = ServiceConfig(
             server=ServerConfig(
                 secret=self.secret, admin_secret=self.admin_secret, host=host, port=port, **options
@@ -316,3 +290,39 @@ def start_embedded(**kw) -> EmbeddedCoordinator:
     """Start an in-process coordinator on a free port; returns it running. It serves TLS (its
     clients pass ``ssl_context=coord.client_context()``) unless ``plaintext=True``."""
     return EmbeddedCoordinator(**kw).start()
+
+
+def _mesos_engine(
+    mesos: MesosConfig, gpus: bool, host: str, ca_pem: str | None
+) -> tuple[tuple[EngineFactory, ...], HttpConfig | None]:
+    """The Mesos framework an embedded coordinator runs, and the HTTP port its tasks fetch
+    the node archive from (None when they do not)."""
+    from .mesos.plugin import MesosEngineFactory
+
+    if ca_pem is not None:
+        import dataclasses
+
+        # Its tasks run on other hosts: the CA they pin travels in their environment
+        # (public, unlike the job token beside it).
+        mesos = dataclasses.replace(mesos, env=(*mesos.env, (tls.CA_PEM_ENV, ca_pem)))
+    engines: tuple[EngineFactory, ...] = (MesosEngineFactory(mesos, gpu_resources=gpus),)
+    if not mesos.node_archive:
+        return engines, None
+    # Its tasks fetch the node archive from the HTTP port. Under an ephemeral
+    # certificate that port speaks plain HTTP: no Mesos fetcher could verify the
+    # certificate, and tasks check the archive's SHA-256 anyway. The bearer token is
+    # made here and given to no one, so nothing but the archive and the public routes
+    # answers there (see HttpConfig.plaintext).
+    auth_pair = (
+        (mesos.archive_username, mesos.archive_password)
+        if mesos.archive_username is not None and mesos.archive_password is not None
+        else None
+    )
+    http = HttpConfig(
+        token=auth.new_secret(),
+        host=host,
+        port=0,
+        archive_auth=auth_pair,
+        plaintext=ca_pem is not None,
+    )
+    return engines, http

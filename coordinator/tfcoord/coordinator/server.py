@@ -638,6 +638,38 @@ class _Peer(asyncio.Protocol):
         self._loop.call_later(CLOSE_LINGER_S, self.transport.abort)  # a no-op once it is closed
 
 
+#: Each request a peer may send once authenticated, and the state event it becomes (from the
+#: peer, the request and the time): dispatch is this explicit table keyed by message class.
+_REQUEST_EVENTS: dict[type, Any] = {
+    m.Submit: lambda p, r, now: s.SubmitJob(
+        now=now, job=r.job, spec=r.spec, waiter=(p.id, r.id), owner=p.owner
+    ),
+    m.AwaitJob: lambda p, r, now: s.AwaitJobEvent(now=now, req=r, waiter=(p.id, r.id), viewer=p.viewer),
+    m.WatchJob: lambda p, r, now: s.AwaitJobEvent(now=now, req=r, waiter=(p.id, r.id), viewer=p.viewer),
+    m.StopJob: lambda p, r, now: s.StopJobEvent(
+        now=now,
+        job=r.job,
+        reason=r.reason,
+        cause=r.cause,
+        dry_run=r.dry_run,
+        waiter=(p.id, r.id),
+        viewer=p.viewer,
+    ),
+    m.Finish: lambda p, r, now: s.FinishJobEvent(
+        now=now, job=r.job, serving_grace_s=r.serving_grace_s, waiter=(p.id, r.id), viewer=p.viewer
+    ),
+    m.Status: lambda p, r, now: s.StatusEvent(now=now, job=r.job, waiter=(p.id, r.id), viewer=p.viewer),
+    m.Register: lambda p, r, now: s.RegisterNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+    m.Report: lambda p, r, now: s.ReportNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+    m.Heartbeat: lambda p, r, now: s.HeartbeatNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+    m.Progress: lambda p, r, now: s.ProgressNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+    m.NodeLogs: lambda p, r, now: s.NodeLogsEvent(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+    m.GetLogs: lambda p, r, now: s.GetLogsEvent(now=now, req=r, waiter=(p.id, r.id), viewer=p.viewer),
+    m.AwaitCluster: lambda p, r, now: s.AwaitClusterEvent(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+    m.AwaitStop: lambda p, r, now: s.AwaitStopEvent(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
+}
+
+
 class CoordinatorServer:
     """The coordinator: state machine + journal behind the TCP protocol."""
 
@@ -701,42 +733,7 @@ class CoordinatorServer:
         #: The running engines, by name (the Mesos framework registers itself as "mesos").
         self.engines: dict[str, Any] = {}
         self.stopped = asyncio.Event()
-        self._handlers: dict[type, Any] = {
-            m.Submit: lambda p, r, now: s.SubmitJob(
-                now=now, job=r.job, spec=r.spec, waiter=(p.id, r.id), owner=p.owner
-            ),
-            m.AwaitJob: lambda p, r, now: s.AwaitJobEvent(
-                now=now, req=r, waiter=(p.id, r.id), viewer=p.viewer
-            ),
-            m.WatchJob: lambda p, r, now: s.AwaitJobEvent(
-                now=now, req=r, waiter=(p.id, r.id), viewer=p.viewer
-            ),
-            m.StopJob: lambda p, r, now: s.StopJobEvent(
-                now=now,
-                job=r.job,
-                reason=r.reason,
-                cause=r.cause,
-                dry_run=r.dry_run,
-                waiter=(p.id, r.id),
-                viewer=p.viewer,
-            ),
-            m.Finish: lambda p, r, now: s.FinishJobEvent(
-                now=now, job=r.job, serving_grace_s=r.serving_grace_s, waiter=(p.id, r.id), viewer=p.viewer
-            ),
-            m.Status: lambda p, r, now: s.StatusEvent(
-                now=now, job=r.job, waiter=(p.id, r.id), viewer=p.viewer
-            ),
-            m.Register: lambda p, r, now: s.RegisterNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
-            m.Report: lambda p, r, now: s.ReportNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
-            m.Heartbeat: lambda p, r, now: s.HeartbeatNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
-            m.Progress: lambda p, r, now: s.ProgressNode(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
-            m.NodeLogs: lambda p, r, now: s.NodeLogsEvent(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
-            m.GetLogs: lambda p, r, now: s.GetLogsEvent(now=now, req=r, waiter=(p.id, r.id), viewer=p.viewer),
-            m.AwaitCluster: lambda p, r, now: s.AwaitClusterEvent(
-                now=now, req=r, conn=p.id, waiter=(p.id, r.id)
-            ),
-            m.AwaitStop: lambda p, r, now: s.AwaitStopEvent(now=now, req=r, conn=p.id, waiter=(p.id, r.id)),
-        }
+        self._handlers = _REQUEST_EVENTS
 
     # -- life cycle ---------------------------------------------------------------------
 

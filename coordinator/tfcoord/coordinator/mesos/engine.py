@@ -131,6 +131,34 @@ class _Task:
     def live(self) -> bool:
         return bool(self.task_id) and self.state not in TERMINAL_STATES
 
+    def update(
+        self, state: str, message: str, *, task_id: str | None = None, ended: bool = False
+    ) -> s.EngineTaskUpdate:
+        """What the state machine is told of this task now (of ``task_id``, else its current one)."""
+        return s.EngineTaskUpdate(
+            now=time.time(),
+            job=self.job,
+            executor_id=self.executor_id,
+            task_id=self.task_id if task_id is None else task_id,
+            state=state,
+            message=message,
+            ended=ended,
+        )
+
+
+def _recover_task(t: _Task, slot: s.Slot) -> None:
+    """A job replayed from the journal: pick up the task its slot already runs, if any."""
+    known = slot.node.task_id if slot.node is not None else ""
+    if not known and slot.task is not None:
+        known = slot.task.task_id
+    parsed = parse_task_id(known) if known else None
+    if parsed is None:
+        return
+    t.task_id, t.attempt = known, parsed[2]
+    t.state = slot.task.state if slot.task is not None and slot.task.task_id == known else "TASK_STAGING"
+    t.started = slot.node is not None or t.state in STARTED_STATES
+    t.placements = 1
+
 
 @dataclass
 class _Job:
@@ -268,7 +296,7 @@ class MesosEngine:
         for eid, (role, index) in enumerate(job.spec.slots()):
             t = _Task(job_id, eid, role, index, mj.slot(eid))
             if recovered:
-                self._recover_task(t, job.slots[eid])
+                _recover_task(t, job.slots[eid])
             tasks.append(t)
         self._jobs[job_id] = _Job(job_id, mj, constraints, tasks)
         self.stats[job_id] = {
@@ -297,20 +325,6 @@ class MesosEngine:
         )
         if any(not t.task_id for t in tasks):
             self._revive()
-
-    @staticmethod
-    def _recover_task(t: _Task, slot: s.Slot) -> None:
-        """A job replayed from the journal: pick up the task its slot already runs, if any."""
-        known = slot.node.task_id if slot.node is not None else ""
-        if not known and slot.task is not None:
-            known = slot.task.task_id
-        parsed = parse_task_id(known) if known else None
-        if parsed is None:
-            return
-        t.task_id, t.attempt = known, parsed[2]
-        t.state = slot.task.state if slot.task is not None and slot.task.task_id == known else "TASK_STAGING"
-        t.started = slot.node is not None or t.state in STARTED_STATES
-        t.placements = 1
 
     def _job_ended(self, job_id: str) -> None:
         job = self._jobs.get(job_id)
@@ -396,28 +410,20 @@ class MesosEngine:
 
     def on_framework_removed(self, reason: str) -> None:
         self.server.journal.set_meta(FRAMEWORK_ID_META, "")
-        for job in list(self._jobs.values()):
-            if not job.ended:
-                self._apply(
-                    s.EngineJobFailed(
-                        now=time.time(),
-                        job=job.id,
-                        reason=(
-                            f"the Mesos master removed this coordinator's framework, killing its tasks ({reason})"
-                        ),
-                    )
-                )
+        self._fail_jobs(
+            f"the Mesos master removed this coordinator's framework, killing its tasks ({reason})"
+        )
         self._agents.clear()
 
     def on_fatal(self, error: MesosError) -> None:
         self.fatal = error
+        self._fail_jobs(f"the Mesos framework has stopped: {error}")
+
+    def _fail_jobs(self, reason: str) -> None:
+        """Every job not yet ended fails, saying ``reason``."""
         for job in list(self._jobs.values()):
             if not job.ended:
-                self._apply(
-                    s.EngineJobFailed(
-                        now=time.time(), job=job.id, reason=f"the Mesos framework has stopped: {error}"
-                    )
-                )
+                self._apply(s.EngineJobFailed(now=time.time(), job=job.id, reason=reason))
 
     def on_call_failed(self, call: Call, reason: str) -> None:
         """Recover from a call the master did not take while the stream stayed up."""
@@ -467,16 +473,7 @@ class MesosEngine:
         for info in infos:
             t = self._tasks.get(info["task_id"]["value"])
             if t is not None and t.state == "TASK_STAGING":
-                self._apply(
-                    s.EngineTaskUpdate(
-                        now=time.time(),
-                        job=t.job,
-                        executor_id=t.executor_id,
-                        task_id=t.task_id,
-                        state=t.state,
-                        message=f"launch not confirmed ({reason}); reconciling",
-                    )
-                )
+                self._apply(t.update(t.state, f"launch not confirmed ({reason}); reconciling"))
 
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -626,16 +623,7 @@ class MesosEngine:
         where = f"{p.hostname or p.agent_id}:{p.port}" + (
             f" with GPUs {','.join(p.gpu_ids)}" if p.gpu_ids else ""
         )
-        self._apply(
-            s.EngineTaskUpdate(
-                now=time.time(),
-                job=t.job,
-                executor_id=t.executor_id,
-                task_id=t.task_id,
-                state="TASK_STAGING",
-                message=f"launching on {where}",
-            )
-        )
+        self._apply(t.update("TASK_STAGING", f"launching on {where}"))
         log.info("job %s: launching %s:%d as task %s on %s", t.job, t.role, t.index, t.task_id, where)
         return build_task_info(self.config, launch)
 
@@ -651,16 +639,7 @@ class MesosEngine:
             )
             if t.note:
                 log.warning("job %s: %s:%d %s", t.job, t.role, t.index, message)
-            self._apply(
-                s.EngineTaskUpdate(
-                    now=time.time(),
-                    job=t.job,
-                    executor_id=t.executor_id,
-                    task_id="",
-                    state="UNPLACED",
-                    message=message,
-                )
-            )
+            self._apply(t.update("UNPLACED", message, task_id=""))
 
     def _decline(self, offer_ids: list[str], refuse_s: float) -> None:
         if offer_ids:
@@ -730,30 +709,11 @@ class MesosEngine:
             self._tasks.pop(tid, None)
             t.state = "PENDING"
             self._pending.append(t)
-            self._apply(
-                s.EngineTaskUpdate(
-                    now=time.time(),
-                    job=t.job,
-                    executor_id=t.executor_id,
-                    task_id=tid,
-                    state=state,
-                    message=f"{message}; placing it again",
-                )
-            )
+            self._apply(t.update(state, f"{message}; placing it again", task_id=tid))
             log.info("job %s: task %s was never run (%s: %s); placing it again", t.job, tid, state, message)
             self._revive()
             return
-        self._apply(
-            s.EngineTaskUpdate(
-                now=time.time(),
-                job=t.job,
-                executor_id=t.executor_id,
-                task_id=tid,
-                state=state,
-                message=message,
-                ended=terminal,
-            )
-        )
+        self._apply(t.update(state, message, task_id=tid, ended=terminal))
 
     def _never_ran(self, t: _Task, status: dict[str, Any]) -> bool:
         if t.started or t.placements >= MAX_PLACEMENTS:

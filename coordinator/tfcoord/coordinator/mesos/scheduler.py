@@ -297,18 +297,8 @@ class SchedulerClient:
         errors: dict[str, str] = {}
         while not self._closing:
             if self._detector is not None:
-                detected = self._base or await self._detector.wait_leader(
-                    None if self.subscriptions else max(0.0, first_deadline - loop.time())
-                )
-                if detected is None:  # only before the first subscription: past its deadline
-                    self._fatal(
-                        MesosUnreachable(
-                            f"no leading Mesos master found in ZooKeeper {self.config.zookeeper} within "
-                            f"{self.config.first_subscribe_deadline_s:g} s ({self._detector.why}"
-                            + "".join(f"; {m}: {why}" for m, why in errors.items())
-                            + "); check MESOS_MASTER and that ZooKeeper and the masters are up and reachable from here"
-                        )
-                    )
+                detected = await self._leader(first_deadline, errors)
+                if detected is None:
                     return
                 base = detected
             else:
@@ -374,6 +364,25 @@ class SchedulerClient:
                 )
                 return
             await self._pause(next(delays))
+
+    async def _leader(self, first_deadline: float, errors: dict[str, str]) -> str | None:
+        """The master to subscribe at: the last one, or where ZooKeeper says the leader is.
+        None (the framework failed, saying why) when ZooKeeper names none before the first
+        subscription's deadline."""
+        assert self._detector is not None
+        detected = self._base or await self._detector.wait_leader(
+            None if self.subscriptions else max(0.0, first_deadline - asyncio.get_running_loop().time())
+        )
+        if detected is None:  # only before the first subscription: past its deadline
+            self._fatal(
+                MesosUnreachable(
+                    f"no leading Mesos master found in ZooKeeper {self.config.zookeeper} within "
+                    f"{self.config.first_subscribe_deadline_s:g} s ({self._detector.why}"
+                    + "".join(f"; {m}: {why}" for m, why in errors.items())
+                    + "); check MESOS_MASTER and that ZooKeeper and the masters are up and reachable from here"
+                )
+            )
+        return detected
 
     async def _pause(self, seconds: float) -> None:
         """Wait ``seconds``, less if closing, or if ZooKeeper names a new leader meanwhile."""
