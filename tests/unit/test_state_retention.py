@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.unit.statekit import T0, Machine, report, tick
+from tests.unit.statekit import T0, Machine, heartbeat, register, report, result, submit, tick
 from tfcoord.client.vocab import JobState, NodeState
 from tfcoord.coordinator import state as s
 
@@ -40,3 +40,18 @@ def test_after_a_restart_what_aged_meanwhile_is_forgotten() -> None:
     assert restarted.job("a").state is JobState.SUCCEEDED
     assert restarted(s.Recovered(now=T0 + 100)) == []  # forgetting waits for the tick
     assert restarted(tick(T0 + 100)) == [s.Forget("a")]
+
+
+def test_a_forgotten_job_leaves_no_gpu_claim_behind() -> None:
+    """A node still heartbeating when its job is forgotten held its GPU claim for ever: the
+    same job id submitted again was refused that GPU by a node that no longer existed."""
+    sm = Machine(keep_finished_s=60.0)
+    sm(submit())
+    sm.run(register(0, gpus=["gpu-0"], host="h"), register(1, host="h"))
+    sm(report(1, state=NodeState.FAILED, error="boom"))
+    sm(heartbeat(0, now=T0 + 40))  # its job ended; it has not stopped yet
+    assert s.Forget("j") in sm(tick(T0 + 60))
+    assert sm.state.ledger.gpu_owner == {}
+    sm(submit(now=T0 + 61))
+    again = register(0, gpus=["gpu-0"], host="h", now=T0 + 61)
+    assert result(again, sm(again))["index"] == 0

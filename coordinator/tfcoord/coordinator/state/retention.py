@@ -79,8 +79,19 @@ class Retention:
                     return
             self.finished.popleft()
             del jobs[oldest.id]
+            self._release_gpus(oldest)
             self.waits.drop_job(oldest.id)
             self.ledger.emit(Forget(oldest.id))
+
+    def _release_gpus(self, job: Job) -> None:
+        """The GPU claims of a forgotten job's nodes still live (told to stop, not yet gone):
+        kept, they would refuse that GPU to a job submitted again under the same id."""
+        owner = self.ledger.gpu_owner
+        for node in job.nodes():
+            if node.live:
+                for g in node.gpus:
+                    if owner.get((job.id, node.host, g)) == node.executor_id:
+                        del owner[(job.id, node.host, g)]
 
     def validate(self) -> None:
         jobs = self.ledger.jobs
