@@ -1398,6 +1398,9 @@ STATUS_KEYS = {
     "events_dropped",
     "cluster",
     "reports",
+    "generation",
+    "max_restarts",
+    "restarts",
 }
 NODE_KEYS = {
     "executor_id",
@@ -1417,6 +1420,8 @@ NODE_KEYS = {
     "connected",
     "figures",
     "usage",
+    "generation",
+    "exit_code",
 }
 SUMMARY_KEYS = {"job", "name", "engine", "state", "size", "registered", "submitted_at", "ended_at", "error"}
 
@@ -1471,6 +1476,8 @@ def test_status_and_summary_shapes(h: Harness) -> None:
         "connected": True,
         "figures": {},
         "usage": {},
+        "generation": 0,
+        "exit_code": 0,
     }
     assert json.loads(json.dumps(st)) == st  # JSON-able as it is
     assert h.status_call("j").result == st
@@ -1524,9 +1531,11 @@ def test_the_job_table_matches_the_design() -> None:
         ("READY", "SUCCEEDED"),
         ("READY", "FAILED"),
         ("READY", "STOPPING"),
+        ("READY", "RESERVING"),  # a restart: the next generation reserves its slots again
         ("RUNNING", "SUCCEEDED"),
         ("RUNNING", "FAILED"),
         ("RUNNING", "STOPPING"),
+        ("RUNNING", "RESERVING"),
         ("STOPPING", "STOPPED"),
         ("STOPPING", "FAILED"),
     }

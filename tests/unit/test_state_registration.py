@@ -32,6 +32,8 @@ def registered(ev: s.RegisterNode, state: str, index: int | None = None) -> s.Se
         size=2,
         heartbeat_timeout_s=30.0,
         state=state,
+        generation=0,
+        restarts=0,
     )
 
 

@@ -29,7 +29,7 @@ def test_the_brief_status_keeps_its_size_whatever_the_job() -> None:
     ]
     full = sm.state.status("j")
     assert len(full["missing"]) == 298 and len(full["nodes"]) == 4
-    assert set(brief) - set(full) == {"running", "missing_count", "brief"}
+    assert set(brief) - set(full) == {"running", "missing_count", "brief", "restart_count"}
 
 
 def test_missing_slots_are_named_as_ranges_in_a_message() -> None:

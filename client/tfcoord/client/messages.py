@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from .vocab import REPORT_STATES, STOP_CAUSES, FailureReason, NodeState
+from .vocab import REPORT_STATES, STOP_CAUSES, FailureReason, NodeState, RestartOn
 
 #: Bumped on any incompatible change; the handshake refuses a mismatch.
 PROTOCOL_VERSION = 1
@@ -39,6 +39,9 @@ MAX_ERROR_LEN = 64 * 1024
 MAX_TEXT_LEN = 1024
 #: A TensorFlow cluster is bounded by what one coordinator can hand a spec to (see DESIGN.md).
 MAX_NODES_PER_JOB = 100_000
+#: A job restarts its cluster at most this often (``JobSpec.max_restarts``): generations are
+#: kept in each slot's history and the job's timeline, both bounded.
+MAX_RESTARTS = 100
 #: GPUs a single node may claim (a DGX has 8-16; leave room).
 MAX_GPUS_PER_NODE = 64
 #: Metadata entries per node (TensorBoard URL, pid, Spark task attempt, ...).
@@ -437,8 +440,20 @@ class JobSpec:
     labels: Mapping[str, str | int | float] = dataclasses.field(default_factory=dict)
     #: How the coordinator's engine launches the nodes; only for a coordinator engine.
     launch: LaunchSpec | None = None
+    #: How many times a failed cluster may restart as a new generation (0: never, the job
+    #: fails with its first failed or lost node). See :class:`~tfcoord.client.vocab.RestartOn`.
+    max_restarts: int = 0
+    #: Which failures restart it (``exit-code``: lost nodes and processes ended by a signal).
+    restart_on: RestartOn = RestartOn.EXIT_CODE
+    #: Each node waits this long after its work stopped before it rejoins the new generation.
+    restart_backoff_s: float = 1.0
+    #: The job fails once it has run this long since submission, restarts or not (0: no deadline;
+    #: Kubeflow TFJob's activeDeadlineSeconds).
+    deadline_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if type(self.restart_on) is str and self.restart_on in {r.value for r in RestartOn}:
+            object.__setattr__(self, "restart_on", RestartOn(self.restart_on))
         try:
             self._validate()
         except ValueError as e:
@@ -485,6 +500,10 @@ class JobSpec:
             ("name", _text(MAX_TEXT_LEN)),
             ("engine", _text(32)),
             ("labels", _meta),
+            ("max_restarts", _int(0, MAX_RESTARTS)),
+            ("restart_on", _choice(tuple(r.value for r in RestartOn))),
+            ("restart_backoff_s", _seconds(0.0)),
+            ("deadline_s", _seconds(0.0)),
         ):
             try:
                 check(getattr(self, name))
@@ -527,6 +546,17 @@ class JobSpec:
             "engine": self.engine,
             "labels": dict(self.labels),
             **({"launch": self.launch.to_wire()} if self.launch is not None else {}),
+            # Only when set: a spec without restarts is the same bytes as before generations.
+            **(
+                {
+                    "max_restarts": self.max_restarts,
+                    "restart_on": self.restart_on.value,
+                    "restart_backoff_s": self.restart_backoff_s,
+                }
+                if self.max_restarts
+                else {}
+            ),
+            **({"deadline_s": self.deadline_s} if self.deadline_s else {}),
         }
 
     @classmethod
@@ -768,6 +798,10 @@ class Register(Request):
     #: Engine-specific identity: Spark "stage.partition.attempt", a Mesos task id, a pid.
     task_id: str = _f(_text(MAX_TEXT_LEN), default="")
     meta: Mapping[str, str | int | float] = _f(_meta, default_factory=dict)
+    #: The cluster generation this node joins: -1, the job's current one (a node started
+    #: afresh: a first launch, a Spark task retry, a relaunched process); N, a node that
+    #: was told to rejoin generation N after a restart. The answer says which it got.
+    generation: int = _f(_int(-1, MAX_RESTARTS), default=-1)
 
 
 @dataclass(frozen=True)
@@ -775,6 +809,9 @@ class NodeRequest(Request):
     job: str = _f(_ident)
     executor_id: int = _f(_int(0, MAX_NODES_PER_JOB - 1))
     attempt: int = _f(_int(0, 2**31))
+    #: The generation the node registered in: a message of an older one is refused.
+    #: (Keyword-only: the requests below add fields without defaults.)
+    generation: int = _f(_int(0, MAX_RESTARTS), default=0, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -791,6 +828,9 @@ class Report(NodeRequest):
     state: NodeState = field(default=NodeState.RUNNING, metadata={"check": _choice(REPORT_STATES)})
     error: str = _f(_text(MAX_ERROR_LEN), default="")
     meta: Mapping[str, str | int | float] = _f(_meta, default_factory=dict)
+    #: How the node's work ended, for FAILED: its exit status (negative: the signal that
+    #: ended it), which decides whether the failure restarts the cluster (RestartOn).
+    exit_code: int = _f(_int(-255, 255), default=0)
 
     def __post_init__(self) -> None:
         if type(self.state) is str:

@@ -108,6 +108,9 @@ class ErrorCode(enum.StrEnum):
     SLOT_HELD = "slot_held"
     #: A slot was re-registered more often than a job allows.
     TOO_MANY_ATTEMPTS = "too_many_attempts"
+    #: The job restarted its cluster as a newer generation: a node of an older one must exit
+    #: (or, told by its stop answer, rejoin the new one).
+    STALE_GENERATION = "stale_generation"
     ALREADY_TERMINAL = "already_terminal"
     # The job or the node is past the point where the request makes sense.
     JOB_STOPPING = "job_stopping"
@@ -183,6 +186,30 @@ class FailureReason(enum.StrEnum):
     #: node stops its job saying so before it answers its feeders, so the driver decides on
     #: the job's status rather than on the text of the feeding task's failure.
     FEED_TIMEOUT = "feed_timeout"
+    #: The job ran past its deadline (``JobSpec.deadline_s``, TFJob's activeDeadlineSeconds).
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+
+
+class RestartOn(enum.StrEnum):
+    """Which failures of a node restart the job's cluster (``JobSpec.restart_on``), while it
+    has restarts left (``JobSpec.max_restarts``).
+
+    As Kubeflow TFJob's ``restartPolicy: ExitCode``: a node lost, or a process ended by a
+    signal (exit codes 128-255, a negative status: preempted, OOM-killed, a machine gone), is
+    worth retrying; a Python exception or an exit code 1-127 is the program's own error, and
+    retrying it would fail the same way.
+    """
+
+    #: Lost nodes and processes ended by a signal restart; other failures are permanent.
+    EXIT_CODE = "exit-code"
+    #: Every failure of a node restarts (TFJob's OnFailure).
+    ANY_FAILURE = "any-failure"
+
+    def restarts(self, lost: bool, exit_code: int) -> bool:
+        """Whether a node that was ``lost``, or failed with ``exit_code``, restarts the cluster."""
+        if self is RestartOn.ANY_FAILURE or lost:
+            return True
+        return exit_code < 0 or exit_code >= 128
 
 
 #: The reasons a stop request may give (``messages.StopJob.cause``).
@@ -208,6 +235,9 @@ class JobEvent(enum.StrEnum):
     STOP = "stop"
     #: The last live node of a stopping job ended.
     ALL_STOPPED = "all_stopped"
+    #: A node failed or was lost and the job has restarts left: a new generation of the
+    #: cluster reserves its slots again (every node rejoins, the lost one replaced).
+    RESTART = "restart"
 
 
 class WaitKind(enum.StrEnum):

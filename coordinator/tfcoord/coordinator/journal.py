@@ -105,7 +105,7 @@ def encode_event(ev: s.Event) -> tuple[str, bytes]:
         body = {"job": ev.job, "reason": ev.reason, "cause": ev.cause.value}
     elif isinstance(ev, s.NodeLost):
         body = {"job": ev.job, "executor_id": ev.executor_id, "attempt": ev.attempt, "reason": ev.reason}
-    elif isinstance(ev, (s.ReservationExpired, s.ServingGraceExpired)):
+    elif isinstance(ev, (s.ReservationExpired, s.ServingGraceExpired, s.DeadlineExpired)):
         body = {"job": ev.job}
     elif isinstance(ev, s.FinishJobEvent):
         body = {"job": ev.job, "serving_grace_s": ev.serving_grace_s}
@@ -153,6 +153,8 @@ def decode_event(kind: str, data: bytes) -> s.Event:
         return s.ReservationExpired(now=now, job=b["job"])
     if kind == "ServingGraceExpired":
         return s.ServingGraceExpired(now=now, job=b["job"])
+    if kind == "DeadlineExpired":
+        return s.DeadlineExpired(now=now, job=b["job"])
     if kind == "FinishJobEvent":
         return s.FinishJobEvent(now=now, job=b["job"], serving_grace_s=b["serving_grace_s"])
     if kind == "EngineTaskUpdate":

@@ -154,6 +154,13 @@ class ReservationExpired(Event):
 
 
 @dataclass(frozen=True)
+class DeadlineExpired(Event):
+    """A job ran past ``JobSpec.deadline_s`` since submission (TFJob's activeDeadlineSeconds)."""
+
+    job: str
+
+
+@dataclass(frozen=True)
 class FinishJobEvent(Event):
     """A driver's ``finish``: the serving nodes' grace once the deciding nodes succeeded."""
 

@@ -52,6 +52,10 @@ class Node:
     error: str = ""
     #: The deadline of this node's one authoritative timer entry (lazy heap deletion).
     timer: float | None = None
+    #: The cluster generation this node belongs to (see ``Job.generation``).
+    generation: int = 0
+    #: How its work ended, as it reported (negative: the signal that ended it).
+    exit_code: int = 0
 
     @property
     def live(self) -> bool:
@@ -67,6 +71,8 @@ class Node:
             where += f", task {self.task_id}"
         if self.attempt:
             where += f", attempt {self.attempt}"
+        if self.generation:
+            where += f", generation {self.generation}"
         return f"{self.name} ({where})"
 
     def snapshot(self) -> dict[str, Any]:
@@ -86,6 +92,8 @@ class Node:
             "ended_at": self.ended_at,
             "error": self.error,
             "connected": self.conn is not None,
+            "generation": self.generation,
+            "exit_code": self.exit_code,
         }
 
 
@@ -177,6 +185,16 @@ class Job:
     logs_dropped: dict[int, int] = field(default_factory=dict)
     #: The number the next log line of this job gets (``get_logs``'s ``since``).
     log_seq: int = 0
+    #: The cluster's generation: 0, then one more each time a failure restarts the cluster
+    #: (``JobSpec.max_restarts``). Only nodes of the current generation hold slots; a message
+    #: of an older one is refused, or told to rejoin (see :func:`stop_answer`).
+    generation: int = 0
+    #: One entry per restart: ``generation`` (the one it started), ``at``, ``node`` (who
+    #: failed), ``cause`` (what happened to it), ``exit_code``, ``lost``.
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    #: Since when the slots are being filled: submission, then each restart (the
+    #: reservation deadline counts from it).
+    reserving_since: float = 0.0
 
     @property
     def terminal(self) -> bool:
@@ -225,6 +243,23 @@ class Job:
             return True
         return self.node(node.executor_id) is not node
 
+    def current(self, executor_id: int, attempt: int, generation: int) -> Node | None:
+        """The node in slot ``executor_id`` if it is this attempt of this generation."""
+        node = self.node(executor_id)
+        if node is None or node.attempt != attempt or node.generation != generation:
+            return None
+        return node
+
+    def restarts_left(self) -> int:
+        return self.spec.max_restarts - len(self.restarts)
+
+    def restart_story(self) -> str:
+        """Every restart with its cause, for the error of a job that ran out of them."""
+        return "\n".join(
+            f"  restart {i}/{self.spec.max_restarts} (generation {r['generation']}): {r['node']} {r['cause']}"
+            for i, r in enumerate(self.restarts, 1)
+        )
+
     def timeline_cap(self) -> int:
         return TIMELINE_BASE + TIMELINE_PER_SLOT * self.spec.size
 
@@ -247,9 +282,26 @@ class Job:
         return node.live and node.conn is not None and now - node.last_seen < self.spec.heartbeat_timeout_s
 
 
-def stop_answer(job: Job, node: Node | None, attempt: int) -> dict[str, Any]:
-    """What attempt ``attempt`` of a node (now ``node`` in its slot) is told about stopping."""
-    if node is None or node.attempt != attempt:
+def stop_answer(job: Job, node: Node | None, attempt: int, generation: int = 0) -> dict[str, Any]:
+    """What attempt ``attempt`` of a node of ``generation`` (now ``node`` in its slot) is told
+    about stopping. A node of an older generation of a job that restarted is told to stop its
+    work and rejoin (``restart``: the generation to register for) after ``backoff_s``."""
+    if generation < job.generation and not job.stopping():
+        last = job.restarts[-1] if job.restarts else {}
+        return {
+            "stop": True,
+            "reason": f"the cluster restarts as generation {job.generation}: "
+            f"{last.get('node', '')} {last.get('cause', '')}".rstrip(),
+            "job_state": job.state.value,
+            "restart": job.generation,
+            "backoff_s": job.spec.restart_backoff_s,
+        }
+    if (
+        generation != job.generation
+        or node is None
+        or node.attempt != attempt
+        or node.generation != generation
+    ):
         return {"stop": True, "reason": f"attempt {attempt} was superseded", "job_state": job.state.value}
     if job.stopping():
         reason = job.error or job.stop_reason or f"job {job.state.value}"

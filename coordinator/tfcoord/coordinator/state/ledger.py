@@ -114,12 +114,20 @@ class Ledger:
         return job
 
     def node_or_error(
-        self, job_id: str, executor_id: int, attempt: int, waiter: Waiter | None
+        self, job_id: str, executor_id: int, attempt: int, waiter: Waiter | None, generation: int = 0
     ) -> tuple[Job, Node] | None:
-        """The job and the node that is attempt ``attempt`` of its slot, or None after
-        refusing ``waiter``."""
+        """The job and the node that is attempt ``attempt`` of its slot in ``generation``, or
+        None after refusing ``waiter``."""
         job = self.job_or_error(job_id, waiter)
         if job is None:
+            return None
+        if generation != job.generation:
+            self.error(
+                waiter,
+                ErrorCode.STALE_GENERATION,
+                f"job {job_id} is at cluster generation {job.generation}; executor {executor_id} of "
+                f"generation {generation} must rejoin (register again) or exit",
+            )
             return None
         node = job.node(executor_id)
         if node is None:

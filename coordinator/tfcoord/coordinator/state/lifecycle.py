@@ -10,6 +10,8 @@ states here too, since every report may end the job.
 
 from __future__ import annotations
 
+import signal
+
 from tfcoord.client.vocab import (
     TERMINAL_JOB,
     ErrorCode,
@@ -20,6 +22,7 @@ from tfcoord.client.vocab import (
 )
 
 from .events import (
+    DeadlineExpired,
     FinishJobEvent,
     ReportNode,
     ReservationExpired,
@@ -50,6 +53,7 @@ class Lifecycle:
         self.telemetry = telemetry
         ledger.timers.on(TimerKind.RESERVE, self._reservation_due)
         ledger.timers.on(TimerKind.SERVING, self._serving_due)
+        ledger.timers.on(TimerKind.DEADLINE, self._deadline_due)
 
     def set_job(self, job: Job, event: JobEvent, now: float) -> None:
         """Move ``job`` along ``JOB_TRANSITIONS`` by ``event``."""
@@ -83,6 +87,7 @@ class Lifecycle:
             submitted_at=ev.now,
             slots=[Slot(role, i) for role, i in ev.spec.slots()],
             owner=ev.owner,
+            reserving_since=ev.now,
         )
         self.ledger.jobs[ev.job] = job
         self.ledger.journal(SubmitJob(now=ev.now, job=ev.job, spec=ev.spec, owner=ev.owner))
@@ -93,18 +98,48 @@ class Lifecycle:
             state=job.state.value,
         )
         self.arm_reservation(job)
+        self.arm_deadline(job)
         self.ledger.reply(ev.waiter, job=ev.job, state=job.state.value, created=True)
 
     def arm_reservation(self, job: Job) -> None:
-        """The deadline by which every slot must be filled."""
+        """The deadline by which every slot must be filled (counted from submission, or from
+        the restart that emptied them)."""
         self.ledger.timers.push(
-            job.submitted_at + job.spec.reservation_timeout_s, (TimerKind.RESERVE, job.id)
+            job.reserving_since + job.spec.reservation_timeout_s, (TimerKind.RESERVE, job.id)
         )
+
+    def arm_deadline(self, job: Job) -> None:
+        """The job's deadline for its whole run, if it has one."""
+        if job.spec.deadline_s > 0:
+            self.ledger.timers.push(job.submitted_at + job.spec.deadline_s, (TimerKind.DEADLINE, job.id))
 
     def _reservation_due(self, when: float, key: TimerKey, now: float) -> None:
         job = self.ledger.jobs.get(key[1])
-        if job is not None and job.state.reserving:
+        # An entry of an earlier reservation (before a restart) is not this one's deadline.
+        if (
+            job is not None
+            and job.state.reserving
+            and when >= job.reserving_since + job.spec.reservation_timeout_s
+        ):
             self.reservation_expired(ReservationExpired(now=now, job=job.id))
+
+    def _deadline_due(self, when: float, key: TimerKey, now: float) -> None:
+        self.deadline_expired(DeadlineExpired(now=now, job=key[1]))
+
+    @handles(DeadlineExpired)
+    def deadline_expired(self, ev: DeadlineExpired) -> None:
+        job = self.ledger.jobs.get(ev.job)
+        if job is None or job.terminal:
+            return
+        self.ledger.journal(ev)
+        story = f"; its restarts:\n{job.restart_story()}" if job.restarts else ""
+        self.fail_job(
+            job,
+            ev.now,
+            FailureReason.DEADLINE_EXCEEDED,
+            f"the job ran past its deadline of {job.spec.deadline_s:g} s (deadline_s) "
+            f"in generation {job.generation}{story}",
+        )
 
     @handles(ReservationExpired)
     def reservation_expired(self, ev: ReservationExpired) -> None:
@@ -186,8 +221,69 @@ class Lifecycle:
         if job.state == J.STOPPING and node.state == N.LOST:
             self.maybe_stopped(job, now)
             return
-        why = FailureReason.NODE_LOST if node.state == N.LOST else FailureReason.NODE_FAILED
+        lost = node.state == N.LOST
+        if job.state.formed and self.restartable(job, lost=lost, exit_code=node.exit_code):
+            self.restart(job, node, now, _cause(node), lost=lost)
+            return
+        why = FailureReason.NODE_LOST if lost else FailureReason.NODE_FAILED
+        if job.restarts:
+            left = "no restarts left" if job.restarts_left() <= 0 else "a failure that does not restart"
+            error += f"\n(after {len(job.restarts)} restarts, {left}:\n{job.restart_story()})"
         self.fail_job(job, now, why, error)
+
+    # -- restarts -------------------------------------------------------------------------
+
+    def restartable(self, job: Job, *, lost: bool, exit_code: int) -> bool:
+        """May a node's failure restart ``job``'s cluster instead of failing it (the job's
+        restart policy, and restarts left)?"""
+        return (
+            job.restarts_left() > 0 and not job.stopping() and job.spec.restart_on.restarts(lost, exit_code)
+        )
+
+    def restart(self, job: Job, node: Node, now: float, cause: str, *, lost: bool) -> None:
+        """Start a new generation of ``job``'s cluster: every node leaves its slot (live ones
+        are told to stop their work and rejoin), the slots are reserved again, and the new
+        generation forms as the first did. Messages of the older generation are refused from
+        here on. Deterministic from the journaled event that caused it, so a replay restarts
+        the same way."""
+        job.generation += 1
+        job.restarts.append(
+            {
+                "generation": job.generation,
+                "at": now,
+                "node": node.describe(),
+                "executor_id": node.executor_id,
+                "cause": cause,
+                "exit_code": node.exit_code,
+                "lost": lost,
+            }
+        )
+        self.ledger.note(
+            job,
+            now,
+            f"restart {len(job.restarts)}/{job.spec.max_restarts}: {node.describe()} {cause}; "
+            f"the cluster restarts as generation {job.generation}",
+            node=node.name,
+        )
+        for slot in job.slots:
+            old = slot.node
+            if old is None:
+                continue
+            if old.live:
+                self.ledger.set_node(job, old, N.STOPPED, now, f"restarting as generation {job.generation}")
+            self.waits.refuse_node(
+                job, old, ErrorCode.STALE_GENERATION, f"{old.describe()}: the job restarted its cluster"
+            )
+            slot.remember(old)
+            self.ledger.count(job, old, -1)
+            slot.node = None
+        job.filled, job.first_missing, job.completing = 0, 0, None
+        job.spec_blob, job.decided_at = None, None
+        job.reserving_since = now
+        self.set_job(job, E.RESTART, now)
+        self.arm_reservation(job)
+        self.waits.wake_restart(job)
+        self.waits.wake_watchers(job)
 
     # -- a driver's stop and finish ---------------------------------------------------------
 
@@ -241,7 +337,7 @@ class Lifecycle:
     @handles(ReportNode)
     def report(self, ev: ReportNode) -> None:
         r = ev.req
-        found = self.ledger.node_or_error(r.job, r.executor_id, r.attempt, ev.waiter)
+        found = self.ledger.node_or_error(r.job, r.executor_id, r.attempt, ev.waiter, r.generation)
         if found is None:
             return
         job, node = found
@@ -272,6 +368,7 @@ class Lifecycle:
             return
         self.ledger.journal(ReportNode(now=ev.now, req=r))
         self.telemetry.update_meta(job, node, r.meta)
+        node.exit_code = r.exit_code
         self._reported(job, node, r.state, r.error, ev.now)
         self.waits.wake_stops(job)
         self.waits.wake_watchers(job)
@@ -298,3 +395,17 @@ class Lifecycle:
             node.error = error if error.strip() else "stopped although no stop was requested"
             self.ledger.set_node(job, node, N.FAILED, now, node.error)
             self.node_down(job, node, now, f"{node.describe()} stopped unasked: {node.error}")
+
+
+def _cause(node: Node) -> str:
+    """What happened to a node, in a few words, for a restart's line."""
+    if node.state == N.LOST:
+        return f"was lost ({node.error})"
+    if node.exit_code < 0:
+        try:
+            name = signal.Signals(-node.exit_code).name
+        except ValueError:
+            name = f"signal {-node.exit_code}"
+        return f"was killed by {name}"
+    last = node.error.strip().splitlines()[-1][:200] if node.error.strip() else "no error text"
+    return f"ended with exit code {node.exit_code}: {last}"

@@ -49,22 +49,27 @@ class Liveness:
         job = self.ledger.job_or_error(r.job, ev.waiter)
         if job is None:
             return
+        if r.generation < job.generation:
+            # A node of an older generation: it hears that it must stop and rejoin; it no
+            # longer holds a slot to keep alive.
+            self.ledger.reply(ev.waiter, **stop_answer(job, None, r.attempt, r.generation))
+            return
         node = job.node(r.executor_id)
-        if node is not None and node.attempt == r.attempt:
+        if node is not None and node.attempt == r.attempt and node.generation == r.generation:
             self.ledger.bind(job, node, ev.conn)
             node.last_seen = ev.now
             if node.live:
                 self.ledger.arm_node(job, node)
             if self.telemetry.update_meta(job, node, r.meta):
                 self.ledger.journal(HeartbeatNode(now=ev.now, req=r))
-        elif node is None or node.attempt < r.attempt:
+        elif node is None or node.attempt < r.attempt or r.generation > job.generation:
             self.ledger.error(
                 ev.waiter,
                 ErrorCode.NOT_REGISTERED,
                 f"executor {r.executor_id} attempt {r.attempt} of job {job.id} is not registered; register first",
             )
             return
-        self.ledger.reply(ev.waiter, **stop_answer(job, node, r.attempt))
+        self.ledger.reply(ev.waiter, **stop_answer(job, node, r.attempt, r.generation))
 
     @handles(Disconnected)
     def disconnected(self, ev: Disconnected) -> None:
@@ -85,6 +90,7 @@ class Liveness:
             self.registration.finish_completion(job, ev.now)
             if not job.terminal:
                 self.lifecycle.arm_reservation(job)
+                self.lifecycle.arm_deadline(job)
             for node in job.nodes():
                 if node.live:
                     # The restart cost every node its connection; give each the full heartbeat

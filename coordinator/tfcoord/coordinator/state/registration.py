@@ -48,6 +48,8 @@ def registration(job: Job, node: Node) -> dict[str, Any]:
         "size": job.spec.size,
         "heartbeat_timeout_s": job.spec.heartbeat_timeout_s,
         "state": job.state.value,
+        "generation": node.generation,
+        "restarts": len(job.restarts),
     }
 
 
@@ -63,6 +65,16 @@ def _closed(job: Job, r: m.Register) -> Refusal | None:
             ErrorCode.BAD_SLOT,
             f"executor {r.executor_id} is out of range: job {job.id} "
             f"has {len(job.slots)} slots (executors 0..{len(job.slots) - 1})",
+        )
+    if r.generation not in (-1, job.generation):
+        return (
+            ErrorCode.STALE_GENERATION,
+            f"job {job.id} is at cluster generation {job.generation}, not {r.generation}: "
+            + (
+                "this node's generation is over; it must exit"
+                if r.generation < job.generation
+                else "no such generation"
+            ),
         )
     return None
 
@@ -157,13 +169,18 @@ class Registration:
             return
         slot = job.slots[r.executor_id]
         cur = slot.node
-        if cur is not None and self._settled_by_holder(job, cur, ev):
-            return
+        restarted = False
+        if cur is not None:
+            settled = self._settled_by_holder(job, cur, ev)
+            if settled is not False:
+                return
+            restarted = job.generation != cur.generation
         refused = _slot_refusal(job, slot, r, ledger.gpu_owner)
         if refused is not None:
             ledger.error(ev.waiter, *refused)
             return
-        ledger.journal(RegisterNode(now=ev.now, req=r))
+        if not restarted:  # a registration that restarted the cluster was journaled for it
+            ledger.journal(RegisterNode(now=ev.now, req=r))
         node = self._take(job, slot, r, ev)
         if job.state == J.SUBMITTED:
             self.lifecycle.set_job(job, E.REGISTER, ev.now)
@@ -182,10 +199,11 @@ class Registration:
         self.waits.wake_watchers(job)
         ledger.reply(ev.waiter, **registration(job, node))
 
-    def _settled_by_holder(self, job: Job, cur: Node, ev: RegisterNode) -> bool:
+    def _settled_by_holder(self, job: Job, cur: Node, ev: RegisterNode) -> bool | None:
         """Deal with a registration for a slot ``cur`` holds, unless a newer attempt may take
         it: the same node again gets the same answer; a refusal; or, once the cluster formed,
-        the job fails. True if the registration was answered."""
+        the job fails or restarts. True if the registration was answered; False if it goes on
+        to take the slot (after a restart, ``cur`` is no longer in it)."""
         r = ev.req
         same = (cur.host, cur.port, cur.task_id, cur.gpus) == (r.host, r.port, r.task_id, r.gpus)
         if r.attempt == cur.attempt and same:
@@ -201,8 +219,14 @@ class Registration:
             self.ledger.error(ev.waiter, *refused)
             return True
         if not job.state.reserving:
-            # A TensorFlow cluster cannot change membership once its spec is out.
+            # A TensorFlow cluster cannot change membership once its spec is out: a retried
+            # task (its older attempt is gone) restarts the whole cluster as a new generation
+            # when the job may, and fails it otherwise.
             self.ledger.journal(RegisterNode(now=ev.now, req=r))
+            if self.lifecycle.restartable(job, lost=True, exit_code=0):
+                cause = f"was replaced by attempt {r.attempt} on host {r.host} (its task was retried)"
+                self.lifecycle.restart(job, cur, ev.now, cause, lost=True)
+                return False  # the slot is empty now: the new attempt takes it below
             self.lifecycle.fail_job(
                 job,
                 ev.now,
@@ -245,6 +269,7 @@ class Registration:
             meta=dict(r.meta),
             registered_at=ev.now,
             last_seen=ev.now,
+            generation=job.generation,
         )
         ledger.bind(job, node, ev.conn)
         if slot.node is None:
@@ -311,7 +336,7 @@ class Registration:
             taken = take(job.id, eid)
             stale += len(taken)
             for w, wait in taken:
-                if node.attempt == wait.attempt:
+                if node.attempt == wait.attempt and node.generation == wait.generation:
                     ledger.send(w, m.ClusterReply(id=w[1], role=node.role, index=node.index, spec=spec))
                 else:
                     ledger.error(
@@ -334,7 +359,7 @@ class Registration:
     @handles(AwaitClusterEvent)
     def await_cluster(self, ev: AwaitClusterEvent) -> None:
         r = ev.req
-        found = self.ledger.node_or_error(r.job, r.executor_id, r.attempt, ev.waiter)
+        found = self.ledger.node_or_error(r.job, r.executor_id, r.attempt, ev.waiter, r.generation)
         if found is None:
             return
         job, node = found
@@ -355,5 +380,12 @@ class Registration:
                 ev.waiter, ErrorCode.node_is(node.state), f"{node.describe()} is {node.state.value}"
             )
         else:
-            wait = Wait(WaitKind.CLUSTER, job.id, ev.now + r.timeout_s, r.executor_id, r.attempt)
+            wait = Wait(
+                WaitKind.CLUSTER,
+                job.id,
+                ev.now + r.timeout_s,
+                r.executor_id,
+                r.attempt,
+                generation=r.generation,
+            )
             self.waits.add(ev.waiter, wait)

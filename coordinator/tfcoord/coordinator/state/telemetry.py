@@ -147,16 +147,14 @@ class Telemetry:
         self.waits.wake_watchers(job)
         return True
 
-    def _sender(
-        self, job_id: str, executor_id: int, attempt: int, ev: ProgressNode | NodeLogsEvent, what: str
-    ) -> Job | None:
-        """The job, if attempt ``attempt`` is the node now in slot ``executor_id``: only that
-        node may tell about its work (else ``ev`` is refused)."""
-        job = self.ledger.job_or_error(job_id, ev.waiter)
+    def _sender(self, r: m.NodeRequest, ev: ProgressNode | NodeLogsEvent, what: str) -> Job | None:
+        """The job, if the sender of ``r`` is the node now in its slot (same attempt, same
+        generation): only that node may tell about its work (else ``ev`` is refused)."""
+        job = self.ledger.job_or_error(r.job, ev.waiter)
         if job is None:
             return None
-        node = job.node(executor_id)
-        if node is None or node.attempt != attempt:
+        executor_id, attempt = r.executor_id, r.attempt
+        if job.current(executor_id, attempt, r.generation) is None:
             self.ledger.error(
                 ev.waiter,
                 ErrorCode.NOT_REGISTERED,
@@ -169,7 +167,7 @@ class Telemetry:
     @handles(ProgressNode)
     def progress(self, ev: ProgressNode) -> None:
         r = ev.req
-        job = self._sender(r.job, r.executor_id, r.attempt, ev, "report progress")
+        job = self._sender(r, ev, "report progress")
         if job is None:
             return
         # A finished job's series are thinned and final: late figures are answered, not kept.
@@ -192,7 +190,7 @@ class Telemetry:
     @handles(NodeLogsEvent)
     def node_logs(self, ev: NodeLogsEvent) -> None:
         r = ev.req
-        job = self._sender(r.job, r.executor_id, r.attempt, ev, "send its output")
+        job = self._sender(r, ev, "send its output")
         if job is None:
             return
         # Kept after the job ended too (its last words often come then), within the bound.

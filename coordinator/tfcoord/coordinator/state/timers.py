@@ -38,6 +38,8 @@ class TimerKind(enum.Enum):
     FORGET = enum.auto()
     #: A job's serving nodes' grace has passed: ``(SERVING, job)``.
     SERVING = enum.auto()
+    #: A job's deadline for its whole run (``JobSpec.deadline_s``): ``(DEADLINE, job)``.
+    DEADLINE = enum.auto()
 
 
 TimerKey = tuple[Any, ...]

@@ -70,6 +70,9 @@ def status(job: Job) -> dict[str, Any]:
         "events": [[t, text] for t, text in job.events],
         "events_dropped": job.events_dropped,
         "cluster": cluster_spec(job) if job.spec_blob is not None else None,
+        "generation": job.generation,
+        "max_restarts": job.spec.max_restarts,
+        "restarts": [dict(r) for r in job.restarts],
     }
 
 
@@ -104,6 +107,11 @@ def brief(job: Job) -> dict[str, Any]:
         "missing": [describe_missing(job, s) for s in shown],
         "missing_count": job.spec.size - job.filled,
         "brief": True,
+        "generation": job.generation,
+        "max_restarts": job.spec.max_restarts,
+        # The newest restart only: a brief answer's size does not grow with the job.
+        "restarts": [dict(job.restarts[-1])] if job.restarts else [],
+        "restart_count": len(job.restarts),
     }
 
 

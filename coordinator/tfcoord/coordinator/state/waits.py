@@ -38,6 +38,8 @@ class Wait:
     brief: bool = False
     #: A watch that progress reports answer too: the job's ``reports`` it has seen; -1: none.
     reports: int = -1
+    #: A node's wait: the cluster generation the node belongs to.
+    generation: int = 0
 
 
 class Waits:
@@ -159,10 +161,21 @@ class Waits:
             return
         for w in waits:
             wait = self.pending[w]
-            node = job.node(wait.executor_id)
-            if node is None or node.attempt != wait.attempt or job.must_stop(node):
+            node = job.current(wait.executor_id, wait.attempt, wait.generation)
+            if node is None or job.must_stop(node):
                 self.pop(w)
-                self.ledger.reply(w, **stop_answer(job, node, wait.attempt))
+                self.ledger.reply(
+                    w, **stop_answer(job, job.node(wait.executor_id), wait.attempt, wait.generation)
+                )
+
+    def wake_restart(self, job: Job) -> None:
+        """The job restarted: every node of an older generation waiting for its stop is told
+        to stop its work and rejoin (their slots are empty now)."""
+        for w in self.of_job(job.id, K.STOP):
+            wait = self.pending[w]
+            if wait.generation < job.generation:
+                self.pop(w)
+                self.ledger.reply(w, **stop_answer(job, None, wait.attempt, wait.generation))
 
     def wake_watchers(self, job: Job) -> None:
         """Answer the job waits of an ended job, and the watches that have not seen its
@@ -190,11 +203,14 @@ class Waits:
         if job is None:
             return
         node = job.node(r.executor_id)
-        answer = stop_answer(job, node, r.attempt)
+        answer = stop_answer(job, node, r.attempt, r.generation)
         if answer["stop"] or (node is not None and not node.live):
             self.ledger.reply(ev.waiter, **answer)
         else:
-            self.add(ev.waiter, Wait(K.STOP, job.id, ev.now + r.timeout_s, r.executor_id, r.attempt))
+            wait = Wait(
+                K.STOP, job.id, ev.now + r.timeout_s, r.executor_id, r.attempt, generation=r.generation
+            )
+            self.add(ev.waiter, wait)
 
     @handles(AwaitJobEvent)
     def await_job(self, ev: AwaitJobEvent) -> None:
