@@ -9,8 +9,6 @@ from .errors import (
     AuthenticationFailed,
     ConnectionClosed,
     DeadlineExceeded,
-    JobFailed,
-    JobStopped,
     LocalProtocolError,
     ProtocolError,
     RemoteProtocolError,
@@ -20,6 +18,7 @@ from .errors import (
     Unreachable,
 )
 from .messages import JobSpec, make_roles
+from .replies import JobFailed, JobStopped
 from .vocab import ErrorCode, FailureReason, JobState, NodeState
 
 #: One version for the four distributions (tfcoord-client, tfcoord-node,

@@ -34,8 +34,6 @@ from .errors import (
     AuthenticationFailed,
     ConnectionClosed,
     DeadlineExceeded,
-    JobFailed,
-    JobStopped,
     ProtocolError,
     RemoteProtocolError,
     RequestRejected,
@@ -43,7 +41,18 @@ from .errors import (
     Unreachable,
 )
 from .protocol import CLOSED, NEED_DATA, Connection, decode_spec
-from .replies import JobList, JobStatus, JobSummary, Registration, Reported, StopAnswer, StopResult, Submitted
+from .replies import (
+    JobFailed,
+    JobList,
+    JobStatus,
+    JobStopped,
+    JobSummary,
+    Registration,
+    Reported,
+    StopAnswer,
+    StopResult,
+    Submitted,
+)
 from .vocab import TRANSIENT_CLOSES, ErrorCode, FailureReason, JobState, NodeState
 
 log = logging.getLogger("tfcoord.client")

@@ -2,17 +2,12 @@
 
 Few and typed, each saying which side failed (h11's LocalProtocolError vs
 RemoteProtocolError, dask's CommClosedError). Errors cross the wire as a code
-and a message (:class:`RequestRejected`), never as pickled exceptions.
+and a message (:class:`RequestRejected`), never as pickled exceptions. A job that ended
+other than it should is :class:`~tfcoord.client.replies.JobFailed` or ``JobStopped``,
+beside the status they carry.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from .vocab import FailureReason
-
-if TYPE_CHECKING:
-    from .replies import JobStatus
 
 
 class TfcoordError(Exception):
@@ -65,33 +60,3 @@ class RequestRejected(TfcoordError):
 
 class DeadlineExceeded(TfcoordError, TimeoutError):
     """A wait passed its deadline; the message says what was being waited for."""
-
-
-class JobEnded(TfcoordError):
-    """A job ended other than SUCCEEDED (or will not get where the caller waited for it).
-
-    ``status`` is its last status (None when there was none); ``reason`` says why as data,
-    so callers never search the message.
-    """
-
-    def __init__(
-        self,
-        job: str,
-        message: str,
-        status: JobStatus | None = None,
-        reason: FailureReason | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.job = job
-        self.status = status
-        if reason is None:
-            reason = status.reason if status is not None else FailureReason.NONE
-        self.reason = reason
-
-
-class JobFailed(JobEnded):
-    """A job ended FAILED; the message names the node, its role, host and error text."""
-
-
-class JobStopped(JobEnded):
-    """A job ended STOPPED (a stop was requested) while the caller waited for success."""

@@ -1,28 +1,40 @@
-"""The coordinator's answers, typed: decoded once, in the blocking client, from a reply's map.
+"""The coordinator's answers, typed once for every side: built by the coordinator, decoded by
+the clients, checked against the HTTP API's document.
 
-A :class:`~tfcoord.client.messages.Reply` carries its result as a plain map (the wire
-stays one msgpack map per frame). :class:`~tfcoord.client.client.DriverClient` and
-:class:`~tfcoord.client.client.NodeClient` turn each result into one of the frozen
-classes here, so callers read ``status.state`` (a :class:`~tfcoord.client.vocab.JobState`)
-instead of ``result["state"]`` (a string). A result that lacks a field or holds one of
-the wrong type is a :class:`~tfcoord.client.errors.RemoteProtocolError`, raised where
-it arrived rather than as a ``KeyError`` somewhere downstream.
+After h11, whose client and server share one set of event classes, and Kubernetes, whose
+OpenAPI document comes from its Go types: each kind of answer is one frozen dataclass here.
+The coordinator's state machine builds them and sends :meth:`Answer.to_wire`; the blocking
+clients turn a reply's result map back into the same class with :meth:`Answer.from_wire`;
+``tests/unit/test_openapi.py`` checks ``coordinator/openapi.json`` against their fields.
+:data:`ANSWERS` says which class answers which request.
 
-Each class is also a read-only mapping over the map it was decoded from (``wire``), the
-form ``tfcoord status --json`` prints and that programs written against tfcoord 0.1's
-dictionaries read; code in tfcoord itself reads the attributes.
+How a field crosses the wire follows from its type alone, through one table of codecs
+(:func:`_codec`): scalars as they are, enums as their values, tuples as lists, nested answers
+as maps. Decoding checks every field: a result that is not a map, lacks a field or holds a
+value of the wrong type is a :class:`~tfcoord.client.errors.RemoteProtocolError`, raised where
+it arrived rather than as a ``KeyError`` somewhere downstream. Fields with a default may be
+absent (coordinators before them sent none); keys this version does not know are ignored,
+so a newer coordinator's additions do not break an older client.
+
+Each answer is also a read-only mapping over its wire form (``wire``): the form ``tfcoord
+status --json`` prints and that programs written against tfcoord 0.1's dictionaries read;
+code in tfcoord itself reads the attributes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+import enum
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from .errors import RemoteProtocolError
+from .errors import RemoteProtocolError, TfcoordError
 from .vocab import FailureReason, JobState, NodeState
 
-_R = TypeVar("_R", bound="_Decoded")
+_A = TypeVar("_A", bound="Answer")
 
 #: Node metadata written by the node runtime: the TensorBoard URL (pushed once TensorBoard
 #: answers) and what map_fun returned (``result.NAME`` per entry of the dict it returned).
@@ -31,12 +43,220 @@ TENSORBOARD_META = "tensorboard_url"
 TENSORBOARD_PID_META = "tensorboard_pid"
 RESULT_META = "result."
 
+#: A job status's two forms (see :class:`JobStatus`): the fields a field's ``form`` names
+#: are on the wire only in that form.
+FULL, BRIEF = "full", "brief"
 
-@dataclass(frozen=True, eq=False)
-class _Decoded(Mapping[str, Any]):
-    """A typed answer that also reads as the map it came from (equal to it, too)."""
 
-    wire: Mapping[str, Any] = field(repr=False)
+# -- the codecs: how each type of field crosses the wire ---------------------------------
+
+
+@dataclass(frozen=True)
+class _Codec:
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+
+
+def _as(kind: type, what: str) -> Callable[[Any], Any]:
+    """A check that a value is a ``kind`` (and no bool stands for an integer)."""
+
+    def check(v: Any) -> Any:
+        if not isinstance(v, kind) or (isinstance(v, bool) and kind is not bool):
+            raise TypeError(f"expected {what}, got {type(v).__name__}")
+        return v
+
+    return check
+
+
+def _number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"expected a number, got {type(v).__name__}")
+    return float(v)
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _codec(tp: Any) -> _Codec:
+    """How a field of type ``tp`` is encoded and checked: the one table every answer uses."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return _Codec(_same, _same)
+    if tp is bool:
+        return _Codec(_same, _as(bool, "true or false"))
+    if tp is int:
+        return _Codec(_same, _as(int, "an integer"))
+    if tp is float:
+        return _Codec(_same, _number)
+    if tp is str:
+        return _Codec(_same, _as(str, "a string"))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        enum_type: type[enum.Enum] = tp
+        return _Codec(
+            lambda v: v.value if isinstance(v, enum.Enum) else v, lambda v: enum_type(_as(str, "a string")(v))
+        )
+    if isinstance(tp, type) and issubclass(tp, Answer):
+        answer_type: type[Answer] = tp
+        return _Codec(lambda v: v.to_wire(), answer_type.from_wire)
+    if origin in (typing.Union, types.UnionType):
+        if set(args) == {int, float}:
+            return _Codec(
+                _same, lambda v: v if isinstance(v, int) and not isinstance(v, bool) else _number(v)
+            )
+        inner = _codec(next(a for a in args if a is not type(None)))
+        assert len(args) == 2 and type(None) in args, tp
+        return _Codec(
+            lambda v: None if v is None else inner.encode(v),
+            lambda v: None if v is None else inner.decode(v),
+        )
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = _codec(args[0])
+        return _Codec(lambda v: [item.encode(x) for x in v], lambda v: tuple(item.decode(x) for x in _seq(v)))
+    if origin is tuple:
+        items = [_codec(a) for a in args]
+
+        def fixed(v: Any) -> tuple[Any, ...]:
+            v = _seq(v)
+            if len(v) != len(items):
+                raise ValueError(f"expected {len(items)} items, got {len(v)}")
+            return tuple(c.decode(x) for c, x in zip(items, v, strict=True))
+
+        return _Codec(lambda v: [c.encode(x) for c, x in zip(items, v, strict=True)], fixed)
+    if origin is list:
+        item = _codec(args[0])
+        return _Codec(lambda v: [item.encode(x) for x in v], lambda v: [item.decode(x) for x in _seq(v)])
+    if origin is Mapping:
+        value = _codec(args[1])
+
+        def mapping(v: Any) -> dict[str, Any]:
+            if not isinstance(v, Mapping):
+                raise TypeError(f"expected a map, got {type(v).__name__}")
+            return {_as(str, "a string key")(k): value.decode(x) for k, x in v.items()}
+
+        return _Codec(lambda v: {k: value.encode(x) for k, x in v.items()}, mapping)
+    raise TypeError(f"no wire form for {tp!r}")
+
+
+def _seq(v: Any) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(v, (list, tuple)):
+        raise TypeError(f"expected a list, got {type(v).__name__}")
+    return v
+
+
+@dataclass(frozen=True)
+class WireField:
+    """One field of an answer as it crosses the wire (see :meth:`Answer.wire_fields`)."""
+
+    name: str
+    #: The field's Python type (what its codec follows).
+    type: Any
+    codec: _Codec
+    #: May it be absent (it has a default)?
+    optional: bool
+    #: The job status form it belongs to (``full`` or ``brief``), or None for every form.
+    form: str | None
+    #: Left off the wire when None (a field a form of the answer does not carry).
+    omit_none: bool
+
+
+def _wire_meta(*, form: str | None = None, omit_none: bool = False) -> dict[str, Any]:
+    return {"form": form, "omit_none": omit_none}
+
+
+# -- the base ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Answer(Mapping[str, Any]):
+    """A typed answer that also reads as the map it crosses the wire as (equal to it, too)."""
+
+    _fields: ClassVar[tuple[WireField, ...] | None] = None
+
+    # -- the wire form --
+
+    @classmethod
+    def wire_fields(cls) -> tuple[WireField, ...]:
+        """This answer's fields, in wire order, each with its codec."""
+        if cls.__dict__.get("_fields") is None:
+            hints = typing.get_type_hints(cls)
+            cls._fields = tuple(
+                WireField(
+                    f.name,
+                    hints[f.name],
+                    _codec(hints[f.name]),
+                    f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
+                    f.metadata.get("form"),
+                    bool(f.metadata.get("omit_none")),
+                )
+                for f in dataclasses.fields(cls)
+            )
+        fields = cls.__dict__["_fields"]
+        assert fields is not None
+        return fields  # type: ignore[no-any-return]
+
+    def form(self) -> str | None:
+        """Which form of the answer this is (only a job status has two)."""
+        return None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The map the coordinator sends as the reply's result."""
+        form = self.form()
+        out: dict[str, Any] = {}
+        for f in self.wire_fields():
+            if f.form is not None and f.form != form:
+                continue
+            v = getattr(self, f.name)
+            if v is None and f.omit_none:
+                continue
+            out[f.name] = f.codec.encode(v)
+        return out
+
+    @classmethod
+    def from_wire(cls: type[_A], wire: Any) -> _A:
+        """Build from a reply's result map.
+
+        Raises:
+            RemoteProtocolError: it is not a map, a field is missing or holds a value of the
+                wrong type.
+        """
+        if not isinstance(wire, Mapping):
+            raise RemoteProtocolError(f"a {cls.__name__} must be a map, not {type(wire).__name__}")
+        kw: dict[str, Any] = {}
+        for f in cls.wire_fields():
+            if f.name in wire:
+                try:
+                    kw[f.name] = f.codec.decode(wire[f.name])
+                except (TypeError, ValueError) as e:
+                    raise RemoteProtocolError(
+                        f"the coordinator sent a malformed {cls.__name__}: field {f.name!r}: {e}"
+                    ) from None
+            elif not f.optional:
+                raise RemoteProtocolError(
+                    f"the coordinator sent a malformed {cls.__name__}: no field {f.name!r}"
+                )
+        answer = cls(**cls._derived(wire, kw))
+        object.__setattr__(answer, "_wire", wire)
+        return answer
+
+    @classmethod
+    def _derived(cls, wire: Mapping[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+        """The constructor's arguments from the decoded fields (a form may leave some to work out)."""
+        return kw
+
+    #: The name ``decode`` of tfcoord 0.1's answers.
+    decode = from_wire
+
+    # -- the mapping over the wire form --
+
+    @property
+    def wire(self) -> Mapping[str, Any]:
+        """The map this answer was decoded from, or that it is sent as."""
+        w: Mapping[str, Any] | None = self.__dict__.get("_wire")
+        if w is None:
+            w = self.to_wire()
+            object.__setattr__(self, "_wire", w)
+        return w
 
     def __getitem__(self, key: str) -> Any:
         return self.wire[key]
@@ -47,32 +267,27 @@ class _Decoded(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self.wire)
 
-    @classmethod
-    def decode(cls: type[_R], wire: Any) -> _R:
-        """Build from a reply's result map.
 
-        Raises:
-            RemoteProtocolError: a field is missing or holds a value of the wrong kind.
-        """
-        if not isinstance(wire, Mapping):
-            raise RemoteProtocolError(f"a {cls.__name__} must be a map, not {type(wire).__name__}")
-        try:
-            return cls._from(wire)
-        except (KeyError, TypeError, ValueError) as e:
-            raise RemoteProtocolError(f"the coordinator sent a malformed {cls.__name__}: {e!r}") from None
-
-    @classmethod
-    def _from(cls: type[_R], w: Mapping[str, Any]) -> _R:
-        raise NotImplementedError
-
-
-def _opt_float(v: Any) -> float | None:
-    return None if v is None else float(v)
+# -- the answers ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class NodeStatus(_Decoded):
-    """One node of a job as the coordinator sees it."""
+class Ack(Answer):
+    """The answer to ``progress`` and ``node_logs``: taken, nothing to say."""
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Submitted(Answer):
+    """The answer to ``submit``: ``created`` is False when the same job was submitted before."""
+
+    job: str
+    state: JobState
+    created: bool
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class NodeStatus(Answer):
+    """One node of a job as the coordinator sees it (a job status's ``nodes`` and ``history``)."""
 
     executor_id: int
     attempt: int
@@ -91,6 +306,12 @@ class NodeStatus(_Decoded):
     #: Its error text (a traceback), or why it was lost or stopped.
     error: str
     connected: bool
+    #: The latest progress figures its work reported (``ctx.report``); None for an earlier
+    #: attempt of its slot (``history``), and from a coordinator that does not keep them.
+    figures: Mapping[str, int | float] | None = field(default=None, metadata=_wire_meta(omit_none=True))
+    #: What its supervisor last measured of its work while it ran: ``cpu_percent`` (100 is
+    #: one core), ``rss_bytes``, ``processes``; empty before the first and once it ended.
+    usage: Mapping[str, int | float] | None = field(default=None, metadata=_wire_meta(omit_none=True))
 
     @property
     def name(self) -> str:
@@ -107,52 +328,26 @@ class NodeStatus(_Decoded):
         return {k.removeprefix(RESULT_META): v for k, v in self.meta.items() if k.startswith(RESULT_META)}
 
     @property
-    def figures(self) -> dict[str, int | float]:
-        """The latest progress figures its work reported (``ctx.report``); empty before the
-        first, and from a coordinator that does not keep them."""
-        f = self.wire.get("figures")
-        return dict(f) if isinstance(f, Mapping) else {}
-
-    @property
-    def usage(self) -> dict[str, int | float]:
-        """What its supervisor last measured of its work while it ran: ``cpu_percent``
-        (100 is one core), ``rss_bytes``, ``processes``; empty before the first and once it ended."""
-        u = self.wire.get("usage")
-        return dict(u) if isinstance(u, Mapping) else {}
-
-    @property
     def tensorboard_url(self) -> str | None:
         url = self.meta.get(TENSORBOARD_META)
         return str(url) if url else None
 
-    @classmethod
-    def _from(cls, w: Mapping[str, Any]) -> NodeStatus:
-        return cls(
-            wire=w,
-            executor_id=int(w["executor_id"]),
-            attempt=int(w["attempt"]),
-            role=str(w["role"]),
-            index=int(w["index"]),
-            state=NodeState(w["state"]),
-            host=str(w["host"]),
-            port=int(w["port"]),
-            gpus=tuple(str(g) for g in w["gpus"]),
-            task_id=str(w["task_id"]),
-            meta=dict(w["meta"]),
-            registered_at=float(w["registered_at"]),
-            last_seen=float(w["last_seen"]),
-            ended_at=_opt_float(w["ended_at"]),
-            error=str(w["error"]),
-            connected=bool(w["connected"]),
-        )
+
+def _full(**kw: Any) -> Any:
+    return field(**kw, metadata=_wire_meta(form=FULL))
+
+
+def _brief(**kw: Any) -> Any:
+    return field(**kw, metadata=_wire_meta(form=BRIEF))
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class JobStatus(_Decoded):
+class JobStatus(Answer):
     """A job's status: full (``status``, ``await_job``, a full ``watch``) or ``brief``.
 
     A brief status has no nodes, history, timeline or cluster, and names only the first
-    missing slots; ``running`` and ``missing_count`` count for both forms.
+    missing slots; its size does not grow with the job. ``running`` and ``missing_count``
+    count for both forms (on the wire only in the brief one; worked out from the full one).
     """
 
     job: str
@@ -162,32 +357,38 @@ class JobStatus(_Decoded):
     #: Bumped on every change a watcher could see.
     version: int
     #: Progress reports (figures, usage) taken so far: they change status, not ``version``.
-    reports: int
+    reports: int = _full(default=0)
     size: int
+    #: [role, count] pairs in assignment order.
+    roles: tuple[tuple[str, int], ...] = _full(default=())
+    labels: Mapping[str, Any] = _full(default_factory=dict)
+    #: How the coordinator's engine launches each node (``messages.LaunchSpec``'s wire form),
+    #: or None for engines that launch their own.
+    launch: Mapping[str, Any] | None = _full(default=None)
     submitted_at: float
     ended_at: float | None
     #: Why it failed, for people (names the node and carries its traceback).
     error: str
     #: Why it was stopped, for people.
     stop_reason: str
-    #: Why it failed or stopped, for programs.
-    reason: FailureReason
+    #: Why it failed or stopped, for programs (coordinators before failure reasons sent none).
+    reason: FailureReason = FailureReason.NONE
     registered: int
     #: Nodes now RUNNING.
-    running: int
+    running: int = _brief(default=0)
     #: Missing slots, each with the last thing seen of it (brief: the first few).
     missing: tuple[str, ...]
-    missing_count: int
-    brief: bool
-    roles: tuple[tuple[str, int], ...]
-    labels: Mapping[str, Any]
-    nodes: tuple[NodeStatus, ...]
+    missing_count: int = _brief(default=0)
+    nodes: tuple[NodeStatus, ...] = _full(default=())
     #: Earlier attempts of slots (superseded, or lost while reserving).
-    history: tuple[NodeStatus, ...]
+    history: tuple[NodeStatus, ...] = _full(default=())
     #: The timeline: (unix time, text), oldest first.
-    events: tuple[tuple[float, str], ...]
+    events: tuple[tuple[float, str], ...] = _full(default=())
+    #: Timeline lines dropped from its front (it is bounded).
+    events_dropped: int = _full(default=0)
     #: Role → addresses once the cluster formed, else None.
-    cluster: Mapping[str, list[str]] | None
+    cluster: Mapping[str, list[str]] | None = _full(default=None)
+    brief: bool = _brief(default=False)
 
     @property
     def terminal(self) -> bool:
@@ -198,44 +399,23 @@ class JobStatus(_Decoded):
         """What ended it, for people: the error, else the stop reason."""
         return self.error or self.stop_reason
 
+    def form(self) -> str:
+        return BRIEF if self.brief else FULL
+
     @classmethod
-    def _from(cls, w: Mapping[str, Any]) -> JobStatus:
-        brief = bool(w.get("brief", False))
-        nodes = tuple(NodeStatus.decode(n) for n in w.get("nodes", ()))
-        missing = tuple(str(x) for x in w["missing"])
-        running = w["running"] if brief else sum(1 for n in nodes if n.state == NodeState.RUNNING)
-        cluster = w.get("cluster")
-        return cls(
-            wire=w,
-            job=str(w["job"]),
-            name=str(w["name"]),
-            engine=str(w["engine"]),
-            state=JobState(w["state"]),
-            version=int(w["version"]),
-            reports=int(w.get("reports", 0)),
-            size=int(w["size"]),
-            submitted_at=float(w["submitted_at"]),
-            ended_at=_opt_float(w["ended_at"]),
-            error=str(w["error"]),
-            stop_reason=str(w["stop_reason"]),
-            # Coordinators before failure reasons sent none.
-            reason=FailureReason(w.get("reason", FailureReason.NONE)),
-            registered=int(w["registered"]),
-            running=int(running),
-            missing=missing,
-            missing_count=int(w["missing_count"]) if brief else len(missing),
-            brief=brief,
-            roles=tuple((str(r), int(c)) for r, c in w.get("roles", ())),
-            labels=dict(w.get("labels", {})),
-            nodes=nodes,
-            history=tuple(NodeStatus.decode(n) for n in w.get("history", ())),
-            events=tuple((float(t), str(text)) for t, text in w.get("events", ())),
-            cluster=None if cluster is None else {str(r): list(a) for r, a in cluster.items()},
-        )
+    def _derived(cls, wire: Mapping[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+        if not kw.get("brief", False):
+            kw["running"] = sum(1 for n in kw.get("nodes", ()) if n.state == NodeState.RUNNING)
+            kw["missing_count"] = len(kw["missing"])
+        elif kw.get("running") is None or kw.get("missing_count") is None:
+            raise RemoteProtocolError(
+                "the coordinator sent a malformed JobStatus: a brief one without its counts"
+            )
+        return kw
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class JobSummary(_Decoded):
+class JobSummary(Answer):
     """One line of ``status`` without a job: every job the caller may see."""
 
     job: str
@@ -248,69 +428,36 @@ class JobSummary(_Decoded):
     ended_at: float | None
     error: str
 
-    @classmethod
-    def _from(cls, w: Mapping[str, Any]) -> JobSummary:
-        return cls(
-            wire=w,
-            job=str(w["job"]),
-            name=str(w["name"]),
-            engine=str(w["engine"]),
-            state=JobState(w["state"]),
-            size=int(w["size"]),
-            registered=int(w["registered"]),
-            submitted_at=float(w["submitted_at"]),
-            ended_at=_opt_float(w["ended_at"]),
-            error=str(w["error"]),
-        )
-
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class JobList(_Decoded):
+class JobList(Answer):
     """``status`` without a job."""
 
     jobs: tuple[JobSummary, ...]
 
-    @classmethod
-    def _from(cls, w: Mapping[str, Any]) -> JobList:
-        return cls(wire=w, jobs=tuple(JobSummary.decode(j) for j in w["jobs"]))
-
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class Submitted(_Decoded):
-    """The answer to ``submit``: ``created`` is False when the same job was submitted before."""
-
-    job: str
-    state: JobState
-    created: bool
-
-    @classmethod
-    def _from(cls, w: Mapping[str, Any]) -> Submitted:
-        return cls(wire=w, job=str(w["job"]), state=JobState(w["state"]), created=bool(w["created"]))
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class StopResult(_Decoded):
+class StopResult(Answer):
     """The answer to a driver's ``stop``: the job's state after it, and its live nodes."""
 
-    job: str
     state: JobState
+    job: str
     #: The nodes told to stop (or that would be, with ``dry_run``), described for people.
     nodes: tuple[str, ...]
     dry_run: bool
 
-    @classmethod
-    def _from(cls, w: Mapping[str, Any]) -> StopResult:
-        return cls(
-            wire=w,
-            job=str(w["job"]),
-            state=JobState(w["state"]),
-            nodes=tuple(str(n) for n in w["nodes"]),
-            dry_run=bool(w["dry_run"]),
-        )
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Finished(Answer):
+    """The answer to a driver's ``finish``: the job's state and its serving nodes' grace."""
+
+    job: str
+    state: JobState
+    serving_grace_s: float
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class Registration(_Decoded):
+class Registration(Answer):
     """The answer to ``register``: the slot this node holds."""
 
     job: str
@@ -321,39 +468,116 @@ class Registration(_Decoded):
     #: The job's state.
     state: JobState
 
-    @classmethod
-    def _from(cls, w: Mapping[str, Any]) -> Registration:
-        return cls(
-            wire=w,
-            job=str(w["job"]),
-            role=str(w["role"]),
-            index=int(w["index"]),
-            size=int(w["size"]),
-            heartbeat_timeout_s=float(w["heartbeat_timeout_s"]),
-            state=JobState(w["state"]),
-        )
-
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class Reported(_Decoded):
+class Reported(Answer):
     """The answer to ``report``: the node's state and its job's after it."""
 
     state: NodeState
     job_state: JobState
 
-    @classmethod
-    def _from(cls, w: Mapping[str, Any]) -> Reported:
-        return cls(wire=w, state=NodeState(w["state"]), job_state=JobState(w["job_state"]))
-
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class StopAnswer(_Decoded):
+class StopAnswer(Answer):
     """The answer to ``heartbeat`` and ``await_stop``: must this node stop, and why."""
 
     stop: bool
     reason: str
     job_state: JobState
 
-    @classmethod
-    def _from(cls, w: Mapping[str, Any]) -> StopAnswer:
-        return cls(wire=w, stop=bool(w["stop"]), reason=str(w["reason"]), job_state=JobState(w["job_state"]))
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class LogSource(Answer):
+    """A node whose output a :class:`Logs` answer holds lines of."""
+
+    executor_id: int
+    role: str
+    index: int
+    #: Its lines no longer kept (the oldest go first), or dropped by the node itself.
+    dropped: int
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Logs(Answer):
+    """The answer to ``get_logs`` (and the HTTP API's ``/logs``): lines from ``since`` on."""
+
+    job: str
+    state: JobState
+    nodes: tuple[LogSource, ...]
+    #: (line number, unix time, executor id, stream, text), oldest first.
+    lines: tuple[tuple[int, float, int, str, str], ...]
+    #: The ``since`` of the next call.
+    next: int
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class NodeSeries(Answer):
+    """One node's progress points in a :class:`Series`."""
+
+    executor_id: int
+    role: str
+    index: int
+    #: (unix time, figures), oldest first.
+    points: tuple[tuple[float, Mapping[str, int | float]], ...]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Series(Answer):
+    """A job's progress points per node (the HTTP API's ``/progress``)."""
+
+    job: str
+    state: JobState
+    nodes: tuple[NodeSeries, ...]
+
+
+#: Which answer each request op gets (``status`` without a job: a :class:`JobList`;
+#: ``await_cluster``: a ``ClusterReply`` message of its own, not a map).
+ANSWERS: Mapping[str, type[Answer]] = {
+    "submit": Submitted,
+    "status": JobStatus,
+    "await_job": JobStatus,
+    "watch_job": JobStatus,
+    "stop_job": StopResult,
+    "finish": Finished,
+    "register": Registration,
+    "report": Reported,
+    "heartbeat": StopAnswer,
+    "await_stop": StopAnswer,
+    "progress": Ack,
+    "node_logs": Ack,
+    "get_logs": Logs,
+}
+
+
+# -- outcomes ------------------------------------------------------------------------------
+
+
+class JobEnded(TfcoordError):
+    """A job ended other than SUCCEEDED (or will not get where the caller waited for it).
+
+    ``status`` is its last status (None when there was none); ``reason`` says why as data,
+    so callers never search the message. (Here rather than in ``errors``, which every module
+    of the wire layer imports: the error carries an answer.)
+    """
+
+    def __init__(
+        self,
+        job: str,
+        message: str,
+        status: JobStatus | None = None,
+        reason: FailureReason | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.job = job
+        self.status = status
+        if reason is None:
+            reason = status.reason if status is not None else FailureReason.NONE
+        self.reason = reason
+
+
+class JobFailed(JobEnded):
+    """A job ended FAILED; the message names the node, its role, host and error text."""
+
+
+class JobStopped(JobEnded):
+    """A job ended STOPPED (a stop was requested) while the caller waited for success."""

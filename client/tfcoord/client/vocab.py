@@ -163,7 +163,7 @@ FATAL_REFUSALS = frozenset({ErrorCode.AUTH_FAILED, ErrorCode.VERSION_MISMATCH})
 
 class FailureReason(enum.StrEnum):
     """Why a job did not succeed, as data (``reason`` in a job's status and on
-    :class:`~tfcoord.client.errors.JobFailed`), so no caller searches the error text.
+    :class:`~tfcoord.client.replies.JobFailed`), so no caller searches the error text.
 
     The empty value is a job that has not failed or stopped (yet).
     """
