@@ -75,7 +75,7 @@ from tfcoord.client.entry import (
 from tfcoord.client.messages import MAX_LOGS_REPLY
 from tfcoord.client.progress import describe
 from tfcoord.client.replies import JobStatus
-from tfcoord.client.vocab import JobState
+from tfcoord.client.vocab import JobState, RestartOn
 from tfcoord.client.watcher import FOREVER_S
 from tfcoord.coordinator.state import KEEP_FINISHED_JOBS, KEEP_FINISHED_S
 from tfcoord.driver.session import CoordinatorLink, stop_and_wait
@@ -844,6 +844,17 @@ def _print_final(args: argparse.Namespace, status: JobStatus | None) -> None:
         print(json.dumps(dict(status.wire), indent=2, sort_keys=True), flush=True)
 
 
+def _restart_policy(args: argparse.Namespace) -> dict[str, Any]:
+    """JobSpec's restart fields from ``--max-restarts``, ``--restart-on``, ``--restart-backoff``
+    and ``--deadline`` (the JobSpec checks their ranges: a bad value is a usage error)."""
+    return {
+        "max_restarts": args.max_restarts,
+        "restart_on": RestartOn(args.restart_on),
+        "restart_backoff_s": args.restart_backoff,
+        "deadline_s": args.deadline,
+    }
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from tfcoord.driver.local import run_local
 
@@ -871,7 +882,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
             args.workers, args.ps, chief="chief" if args.chief else None, evaluator=args.evaluator
         )
         spec = JobSpec(
-            roles=roles, reservation_timeout_s=args.reservation_timeout, name=args.name, engine="local"
+            roles=roles,
+            reservation_timeout_s=args.reservation_timeout,
+            name=args.name,
+            engine="local",
+            **_restart_policy(args),
         )
     except (ValueError, TfcoordError) as e:
         raise UsageError(str(e)) from None
@@ -946,6 +961,7 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
             executor_cores=args.executor_cores,
             executor_memory=args.executor_memory,
             reservation_timeout=args.reservation_timeout,
+            **_restart_policy(args),
             master_node="chief" if args.chief else None,
             eval_node=args.evaluator,
             name=args.name,
@@ -983,7 +999,9 @@ def _submit_mesos(args: argparse.Namespace) -> int:
         mjob = MesosJob.of(
             [parse_role(j) for j in args.job], command, args.image, os.environ.get("MESOS_ATTRIBUTES", "")
         )
-        spec = mjob.to_spec(name=args.name, reservation_timeout_s=args.reservation_timeout)
+        spec = mjob.to_spec(
+            name=args.name, reservation_timeout_s=args.reservation_timeout, **_restart_policy(args)
+        )
     except (MesosConfigError, TfcoordError) as e:
         raise UsageError(str(e)) from None
     if args.address or os.environ.get(ADDRESS_ENV):
@@ -1281,6 +1299,38 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     sp.add_argument("--evaluator", action="store_true", help="add an evaluator task")
     sp.add_argument("--name", default="")
     sp.add_argument("--reservation-timeout", type=float, default=600.0)
+    restarts = sp.add_argument_group(
+        "restarts", "a job that outlives its nodes (docs/src/fault-tolerance.md)"
+    )
+    restarts.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="restart the whole cluster from its last checkpoint up to N times when a node is lost "
+        "or killed by a signal (default 0: the first failure ends the job)",
+    )
+    restarts.add_argument(
+        "--restart-on",
+        choices=[r.value for r in RestartOn],
+        default=RestartOn.EXIT_CODE.value,
+        help="exit-code: lost nodes and processes ended by a signal restart, a Python exception or "
+        "exit code 1-127 is permanent (TFJob's ExitCode policy); any-failure: every failure restarts",
+    )
+    restarts.add_argument(
+        "--restart-backoff",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="each node waits this long before it rejoins the restarted cluster (default 1)",
+    )
+    restarts.add_argument(
+        "--deadline",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="fail the job once it has run this long, restarts included (default: no deadline)",
+    )
     sp.add_argument(
         "--no-wait",
         action="store_true",

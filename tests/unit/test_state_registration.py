@@ -34,6 +34,7 @@ def registered(ev: s.RegisterNode, state: str, index: int | None = None) -> s.Se
         state=state,
         generation=0,
         restarts=0,
+        max_restarts=0,
     )
 
 

@@ -24,7 +24,7 @@ from tfcoord.client.entry import ADDRESS_ENV, SECRET_FILE_ENV
 from tfcoord.client.messages import MAX_TIMEOUT_S
 from tfcoord.client.progress import ProgressLines
 from tfcoord.client.replies import TENSORBOARD_PID_META, JobStatus
-from tfcoord.client.vocab import FORMED_JOB, FailureReason, JobState, NodeState
+from tfcoord.client.vocab import FORMED_JOB, FailureReason, JobState, NodeState, RestartOn
 from tfcoord.client.watcher import FOREVER_S, ended, watch_until
 from tfcoord.node import feedtls, feedwire
 from tfcoord.node.executor import NodeSpec, run_node, spark_partition
@@ -121,6 +121,60 @@ def _coordinator(
     return link, TlsFiles(ca_pem=link.ca_pem) if link.ca_pem else None
 
 
+#: Spark configuration keys for the restart policy, read by :func:`run` when its arguments
+#: leave them unset: a TensorFlowOnSpark program (``TFCluster.run``) gains restarts unchanged
+#: (``spark-submit --conf spark.tfcoord.maxRestarts=3``, ``tfcoord submit --max-restarts 3``).
+MAX_RESTARTS_CONF = "spark.tfcoord.maxRestarts"
+RESTART_ON_CONF = "spark.tfcoord.restartOn"
+RESTART_BACKOFF_CONF = "spark.tfcoord.restartBackoff"
+DEADLINE_CONF = "spark.tfcoord.deadline"
+
+
+def restart_policy(
+    sc: Any,
+    max_restarts: int | None,
+    restart_on: RestartOn | str | None,
+    restart_backoff_s: float | None,
+    deadline_s: float | None,
+) -> dict[str, Any]:
+    """JobSpec's restart fields: the arguments given, else the Spark configuration's keys.
+
+    Raises:
+        ValueError: a key's value is not a number (or not a RestartOn), naming the key.
+    """
+    conf = sc.getConf()
+
+    def read(value: Any, key: str, parse: Callable[[str], Any], default: Any) -> Any:
+        if value is not None:
+            return value
+        raw = conf.get(key, None)
+        if raw is None or not str(raw).strip():
+            return default
+        try:
+            return parse(str(raw).strip())
+        except ValueError:
+            raise ValueError(f"Spark configuration {key}={raw!r} is not valid: {parse.__doc__}") from None
+
+    def count(text: str) -> int:
+        """a whole number of restarts, 0 or more"""
+        return int(text)
+
+    def seconds(text: str) -> float:
+        """a number of seconds"""
+        return float(text)
+
+    def policy(text: str) -> RestartOn:
+        """exit-code or any-failure"""
+        return RestartOn(text)
+
+    return {
+        "max_restarts": int(read(max_restarts, MAX_RESTARTS_CONF, count, 0)),
+        "restart_on": RestartOn(read(restart_on, RESTART_ON_CONF, policy, RestartOn.EXIT_CODE)),
+        "restart_backoff_s": float(read(restart_backoff_s, RESTART_BACKOFF_CONF, seconds, 1.0)),
+        "deadline_s": float(read(deadline_s, DEADLINE_CONF, seconds, 0.0)),
+    }
+
+
 def _default_fs(sc: Any) -> str:
     fs = sc._jsc.hadoopConfiguration().get("fs.defaultFS") or "file://"
     return fs[:-1] if fs.startswith("file://") and len(fs) > 7 and fs.endswith("/") else fs
@@ -162,6 +216,10 @@ def run(
     legacy_keras: bool = False,
     plaintext: bool = False,
     executor_setup: Callable[[], None] | None = None,
+    max_restarts: int | None = None,
+    restart_on: RestartOn | str | None = None,
+    restart_backoff_s: float | None = None,
+    deadline_s: float | None = None,
 ) -> SparkCluster:
     """Start a TensorFlow cluster on Spark executors and run ``map_fun(tf_args, ctx)`` on each.
 
@@ -169,6 +227,15 @@ def run(
 
     ``legacy_keras``: ``tf.keras`` is Keras 2 in the nodes when tf-keras is installed there
     (TensorFlowOnSpark's programs are written for it; see :mod:`tfcoord.node.keras2`).
+
+    ``max_restarts``, ``restart_on``, ``restart_backoff_s``, ``deadline_s``: the job's restart
+    policy (see :class:`~tfcoord.client.messages.JobSpec` and docs/src/fault-tolerance.md): a
+    node lost, or killed by a signal, restarts the whole cluster up to ``max_restarts`` times;
+    every node runs ``map_fun`` again with ``ctx.restart_count`` set, and resumes from its
+    checkpoint. Left as None, each comes from the Spark configuration (``spark.tfcoord.maxRestarts``,
+    ``spark.tfcoord.restartOn``, ``spark.tfcoord.restartBackoff``, ``spark.tfcoord.deadline``),
+    so TensorFlowOnSpark's programs gain it unchanged. Not with ``InputMode.SPARK``: the
+    partitions already fed cannot be fed again.
 
     ``executor_setup``: called in each node's process before ``map_fun`` (it is pickled, so
     a module-level function of a module the executors can import); the TensorFlowOnSpark layer
@@ -208,7 +275,15 @@ def run(
     if isinstance(queues, str) or not all(isinstance(q, str) and q for q in queues):
         raise ValueError(f"queues must be a list of queue names, not {queues!r}")
     roles = make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
+    policy = restart_policy(sc, max_restarts, restart_on, restart_backoff_s, deadline_s)
+    if policy["max_restarts"] and input_mode == InputMode.SPARK:
+        raise ValueError(
+            "max_restarts needs InputMode.TENSORFLOW: with InputMode.SPARK the partitions Spark already "
+            "fed to the nodes cannot be fed again after a restart (read the data in map_fun, or set "
+            f"max_restarts=0 / {MAX_RESTARTS_CONF}=0)"
+        )
     spec = JobSpec(
+        **policy,
         roles=roles,
         reservation_timeout_s=float(reservation_timeout),
         engine="spark",
@@ -898,6 +973,10 @@ def submit_script(
     executor_cores: int = 1,
     executor_memory: str = "1g",
     reservation_timeout: float = 600,
+    max_restarts: int = 0,
+    restart_on: RestartOn = RestartOn.EXIT_CODE,
+    restart_backoff_s: float = 1.0,
+    deadline_s: float = 0.0,
     master_node: str | None = None,
     eval_node: bool = False,
     name: str = "",
@@ -944,6 +1023,11 @@ def submit_script(
         "spark.dynamicAllocation.enabled": "false",
         # tfcoord prints the job's progress; Spark's console bar would garble it.
         "spark.ui.showConsoleProgress": "false",
+        # The restart policy reaches run() -- the script's own TFCluster.run too -- as settings.
+        MAX_RESTARTS_CONF: str(max_restarts),
+        RESTART_ON_CONF: RestartOn(restart_on).value,
+        RESTART_BACKOFF_CONF: str(restart_backoff_s),
+        DEADLINE_CONF: str(deadline_s),
         **(conf or {}),
     }
     app_name = name or f"tfcoord {Path(script).name}"

@@ -745,6 +745,16 @@ class NodeClient(Client):
         super().__init__(address, token, role="node", job=job, **kw)
         self.executor_id = executor_id
         self.attempt = attempt
+        #: The cluster generation this node registered in (sent with every later request).
+        self.generation = 0
+        #: The generation the next registration joins: -1, the job's current one.
+        self._join = -1
+        #: Told to stop because the job restarted: the generation to rejoin, and after how long.
+        self.restart_to: int | None = None
+        self.restart_backoff_s = 0.0
+        self._on_stop: Callable[[str], None] | None = None
+        self._rewatch = False
+        self._hb_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
         self.stop_event = threading.Event()
         self.stop_reason = ""
         self.heartbeat_error: BaseException | None = None
@@ -752,7 +762,12 @@ class NodeClient(Client):
         self._hb_stop = threading.Event()
 
     def _ids(self) -> dict[str, Any]:
-        return {"job": self.job, "executor_id": self.executor_id, "attempt": self.attempt}
+        return {
+            "job": self.job,
+            "executor_id": self.executor_id,
+            "attempt": self.attempt,
+            "generation": self.generation,
+        }
 
     def register(
         self,
@@ -763,19 +778,30 @@ class NodeClient(Client):
         task_id: str = "",
         meta: Mapping[str, Any] | None = None,
     ) -> Registration:
-        """Claim this node's slot; returns the role and index it holds."""
+        """Claim this node's slot (in the generation :meth:`rejoin` named, else the job's
+        current one); returns the role and index it holds, and its generation."""
+        join, job = self._join, self.job
+        assert job is not None  # a node's client always names its job
         reply = self.request(
             lambda i: m.Register(
                 id=i,
+                job=job,
+                executor_id=self.executor_id,
+                attempt=self.attempt,
                 host=host,
                 port=port,
                 gpus=tuple(gpus),
                 task_id=task_id,
                 meta=dict(meta or {}),
-                **self._ids(),
+                generation=join,
             )
         )
-        return Registration.decode(_result(reply))
+        reg = Registration.decode(_result(reply))
+        self.generation = reg.generation
+        if self._rewatch:
+            self._rewatch = False
+            self._watch_stop()
+        return reg
 
     def await_cluster(self, timeout_s: float = 600.0) -> ClusterInfo:
         """Block until every node of the job has registered; returns the cluster.
@@ -797,14 +823,25 @@ class NodeClient(Client):
         return ClusterInfo(self.job or "", self.executor_id, reply.role, reply.index, cluster)
 
     def report(
-        self, state: NodeState | str, error: str = "", meta: Mapping[str, Any] | None = None
+        self,
+        state: NodeState | str,
+        error: str = "",
+        meta: Mapping[str, Any] | None = None,
+        exit_code: int = 0,
     ) -> Reported:
-        """Report RUNNING, SUCCEEDED, FAILED (with error text) or STOPPED."""
+        """Report RUNNING, SUCCEEDED, FAILED (with error text and the work's exit status,
+        negative for a signal: it decides whether the failure restarts the cluster) or STOPPED."""
         if len(error) > m.MAX_ERROR_LEN:  # keep the tail: the end of a traceback says what broke
             error = "...\n" + error[-(m.MAX_ERROR_LEN - 4) :]
+        code = max(-255, min(255, exit_code))
         reply = self.request(
             lambda i: m.Report(
-                id=i, state=NodeState(state.upper()), error=error, meta=dict(meta or {}), **self._ids()
+                id=i,
+                state=NodeState(state.upper()),
+                error=error,
+                meta=dict(meta or {}),
+                exit_code=code,
+                **self._ids(),
             )
         )
         return Reported.decode(_result(reply))
@@ -826,21 +863,49 @@ class NodeClient(Client):
 
     def heartbeat(self, meta: Mapping[str, Any] | None = None) -> StopAnswer:
         """One heartbeat (optionally updating the node's metadata); says whether to stop."""
+        generation = self.generation
         reply = self.request(lambda i: m.Heartbeat(id=i, meta=dict(meta or {}), **self._ids()))
         answer = StopAnswer.decode(_result(reply))
-        if answer.stop:
-            self._stop(answer.reason)
+        self._answered(answer, generation)
         return answer
 
     def await_stop(self, timeout_s: float = m.MAX_TIMEOUT_S) -> bool:
         """Block until this node must stop (True) or the timeout passes (False)."""
+        generation = self.generation
         reply = self.request(
             lambda i: m.AwaitStop(id=i, timeout_s=timeout_s, **self._ids()), timeout_s + REPLY_SLACK_S
         )
         answer = StopAnswer.decode(_result(reply))
-        if answer.stop:
-            self._stop(answer.reason)
+        self._answered(answer, generation)
         return answer.stop
+
+    def _answered(self, answer: StopAnswer, generation: int) -> None:
+        """A stop answer to a request made in ``generation``: an answer about a generation
+        this node already left (it rejoined meanwhile) says nothing about the new one."""
+        if not answer.stop or generation != self.generation:
+            return
+        if answer.restart >= 0 and self.restart_to is None:
+            self.restart_to, self.restart_backoff_s = answer.restart, answer.backoff_s
+        self._stop(answer.reason)
+
+    def rejoin(self) -> int:
+        """After a stop that restarts the job's cluster (``restart_to``): forget the stop and
+        make the next :meth:`register` join that generation (the stop watch starts again then).
+        Returns the generation.
+
+        Raises:
+            RuntimeError: the node was not told to restart.
+        """
+        if self.restart_to is None:
+            raise RuntimeError("rejoin() without a restart: the coordinator did not ask this node to rejoin")
+        self._join, self.restart_to = self.restart_to, None
+        self.generation = self._join
+        self.stop_reason = ""
+        self.stop_event.clear()
+        # The stop watch starts again once registered: until then the slot is empty, and
+        # an empty slot's answer is "stop".
+        self._rewatch = self._hb_thread is not None
+        return self._join
 
     def should_stop(self) -> bool:
         """Whether the coordinator has told this node to stop (no round trip)."""
@@ -870,6 +935,16 @@ class NodeClient(Client):
                         return
                 self._hb_stop.wait(interval_s)
 
+        self._on_stop, self._hb_interval_s = on_stop, interval_s
+        self._hb_thread = threading.Thread(target=beat, name="tfcoord-heartbeat", daemon=True)
+        self._hb_thread.start()
+        self._watch_stop()
+
+    def _watch_stop(self) -> None:
+        """Wait for the coordinator's stop (``await_stop``, answered by push) in a thread of its
+        own; ``on_stop`` runs once when it comes. Once per generation the node is in."""
+        on_stop, interval_s = self._on_stop, self._hb_interval_s
+
         def watch_stop() -> None:
             while not self._hb_stop.is_set() and not self._closed.is_set():
                 try:
@@ -882,8 +957,6 @@ class NodeClient(Client):
             if on_stop is not None and self.stop_event.is_set():
                 on_stop(self.stop_reason)
 
-        self._hb_thread = threading.Thread(target=beat, name="tfcoord-heartbeat", daemon=True)
-        self._hb_thread.start()
         threading.Thread(target=watch_stop, name="tfcoord-stop-watch", daemon=True).start()
 
     def close(self) -> None:

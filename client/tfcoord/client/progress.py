@@ -15,6 +15,16 @@ from .vocab import FORMED_JOB
 SHOWN_MISSING = 8
 
 
+def restart_line(status: JobStatus) -> str:
+    """The newest restart of a job's cluster, for people: ``restart 1/3: worker:1 (executor 1,
+    ...) was killed by SIGKILL; restarting the cluster from its last checkpoint``."""
+    r = status.restarts[-1]
+    return (
+        f"restart {status.restart_count}/{status.max_restarts}: {r.node} {r.cause}; "
+        "restarting the cluster from its last checkpoint"
+    )
+
+
 def describe(status: JobStatus) -> str:
     """A one-line summary of a job (full or brief status): state, registrations and who is
     still missing."""
@@ -40,8 +50,12 @@ class ProgressLines:
         self._emit = emit
         self._final = final
         self._last = ""
+        self._restarts = 0
 
     def __call__(self, status: JobStatus) -> None:
+        if status.restart_count > self._restarts and status.restarts:
+            self._restarts = status.restart_count
+            self._emit(restart_line(status))
         if status.terminal and not self._final:
             return
         line = describe(status)

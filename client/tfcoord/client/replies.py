@@ -312,6 +312,10 @@ class NodeStatus(Answer):
     #: What its supervisor last measured of its work while it ran: ``cpu_percent`` (100 is
     #: one core), ``rss_bytes``, ``processes``; empty before the first and once it ended.
     usage: Mapping[str, int | float] | None = field(default=None, metadata=_wire_meta(omit_none=True))
+    #: The cluster generation it belongs to (one more each time the job restarted).
+    generation: int = 0
+    #: How its work ended, as it reported (negative: the signal that ended it).
+    exit_code: int = 0
 
     @property
     def name(self) -> str:
@@ -331,6 +335,25 @@ class NodeStatus(Answer):
     def tensorboard_url(self) -> str | None:
         url = self.meta.get(TENSORBOARD_META)
         return str(url) if url else None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Restart(Answer):
+    """One restart of a job's cluster (``JobSpec.max_restarts``): what failed, and how."""
+
+    #: The generation the restart started.
+    generation: int
+    #: When (unix time).
+    at: float
+    #: The node whose failure restarted it: ``role:index (executor N, host H, ...)``.
+    node: str
+    executor_id: int
+    #: What happened to it, for people: "was killed by SIGKILL", "was lost (...)".
+    cause: str
+    #: Its work's exit status (negative: the signal that ended it); 0 when it was lost.
+    exit_code: int
+    #: Whether it was lost (heartbeats or connection gone) rather than reporting a failure.
+    lost: bool
 
 
 def _full(**kw: Any) -> Any:
@@ -389,6 +412,14 @@ class JobStatus(Answer):
     #: Role → addresses once the cluster formed, else None.
     cluster: Mapping[str, list[str]] | None = _full(default=None)
     brief: bool = _brief(default=False)
+    #: The cluster's generation: 0, one more each restart.
+    generation: int = 0
+    #: The restarts the job may make (``JobSpec.max_restarts``).
+    max_restarts: int = 0
+    #: Each restart, oldest first (brief: only the newest).
+    restarts: tuple[Restart, ...] = ()
+    #: How many restarts there were (on the wire only in the brief form).
+    restart_count: int = _brief(default=0)
 
     @property
     def terminal(self) -> bool:
@@ -407,6 +438,7 @@ class JobStatus(Answer):
         if not kw.get("brief", False):
             kw["running"] = sum(1 for n in kw.get("nodes", ()) if n.state == NodeState.RUNNING)
             kw["missing_count"] = len(kw["missing"])
+            kw["restart_count"] = len(kw.get("restarts", ()))
         elif kw.get("running") is None or kw.get("missing_count") is None:
             raise RemoteProtocolError(
                 "the coordinator sent a malformed JobStatus: a brief one without its counts"
@@ -467,6 +499,11 @@ class Registration(Answer):
     heartbeat_timeout_s: float
     #: The job's state.
     state: JobState
+    #: The cluster generation the node joined, the restarts the job made before it, and the
+    #: most it may make (a node whose work succeeded stays until the job ends while it may).
+    generation: int = 0
+    restarts: int = 0
+    max_restarts: int = 0
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -484,6 +521,10 @@ class StopAnswer(Answer):
     stop: bool
     reason: str
     job_state: JobState
+    #: Told to stop because the job restarted its cluster: the generation to rejoin (-1: no
+    #: restart, a plain stop), after ``backoff_s``.
+    restart: int = -1
+    backoff_s: float = 0.0
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

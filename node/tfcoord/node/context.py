@@ -26,6 +26,9 @@ class TFNodeContext:
         num_workers: training tasks (chief/master plus workers).
         defaultFS: the Hadoop default filesystem (``file://`` or ``hdfs://namenode``).
         working_dir: the driver's working directory.
+        restart_count: how many times the job has restarted its cluster before this run of
+            map_fun (0 the first time; see ``run(..., max_restarts=N)``): resume from the
+            last checkpoint when it is above 0.
     """
 
     executor_id: int
@@ -38,6 +41,7 @@ class TFNodeContext:
     #: The TensorFlow port this node registered (held until ``release_port``).
     port: int = 0
     job_id: str = ""
+    restart_count: int = 0
     _release: Callable[[], None] | None = field(default=None, repr=False)
     #: The node's feed server (InputMode.SPARK on a chief, master or worker), else None.
     _feed: Any = field(default=None, repr=False)

@@ -44,6 +44,7 @@ from .gpuclaim import lock_dir
 from .ports import PortReservation
 from .supervisor import (
     FAILED,
+    RESTARTS_ENV,
     STOP_GRACE_S,
     Child,
     ChildExit,
@@ -349,6 +350,7 @@ class ForkedFunction(Child):
             working_dir=spec.working_dir,
             port=launch.port.port,
             job_id=spec.job,
+            restart_count=int(launch.env.get(RESTARTS_ENV, "0")),
         )
         self._receive, send = self._fork.Pipe(duplex=False)
         released = self._fork.Event()
@@ -438,6 +440,16 @@ class ForkedFunction(Child):
 
     def lingers(self) -> bool:
         return self._lingering is not None
+
+    def renew(self) -> bool:
+        """map_fun is forked again for each generation of its cluster (``ctx.restart_count``
+        says which); a fed node cannot: the partitions fed to it are gone (run() refuses
+        restarts with InputMode.SPARK)."""
+        if self._feed_sock is not None:
+            return False
+        self._proc, self._reader, self._outcome = None, None, ("", None)
+        self._ended.clear()
+        return True
 
     def alive(self) -> bool:
         # Not Process.is_alive(): that reaps from the calling thread, and only wait() may.

@@ -160,6 +160,12 @@ class Command(Child):
         except ProcessLookupError:
             pass
 
+    def renew(self) -> bool:
+        """A command runs again for each generation of its cluster (it reads TFCOORD_RESTARTS
+        or its checkpoint to resume)."""
+        self._proc, self._tail = None, None
+        return True
+
     def soft_stop(self, reason: str) -> bool:
         if self.alive():
             print(

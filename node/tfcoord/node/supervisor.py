@@ -50,6 +50,10 @@ log = logging.getLogger("tfcoord.node")
 #: to close its sessions, short enough that a stopped job frees its executors at once.
 STOP_GRACE_S = 5.0
 
+#: The child's environment names its cluster's generation here: how many times the job has
+#: restarted its cluster so far (0 the first time), so the work knows to resume.
+RESTARTS_ENV = "TFCOORD_RESTARTS"
+
 #: How a node ends, as it reports it.
 SUCCEEDED, FAILED, STOPPED = NodeState.SUCCEEDED, NodeState.FAILED, NodeState.STOPPED
 
@@ -132,6 +136,11 @@ class Child(ABC):
 
     def lingers(self) -> bool:
         """After a successful end: must the node stay up until the job ends (it still serves)?"""
+        return False
+
+    def renew(self) -> bool:
+        """After the process ended, ready the child to be launched again (the job restarted its
+        cluster); False if this child can run only once."""
         return False
 
     def close(self) -> None:  # noqa: B027 - an optional hook
@@ -228,6 +237,9 @@ class NodeSupervisor:
         self._launched = False
         self._stop = threading.Event()  # told to stop, by the coordinator or by stop()
         self._local_reason = ""  # stop()'s reason: the coordinator did not ask, so say why
+        self._local_stop = threading.Event()  # stop() was called (not the coordinator's stop)
+        self._may_restart = False  # the job may still restart its cluster (registration says)
+        self._port: PortReservation | None = None
         self._child_ended = threading.Event()
         self._registered = threading.Event()  # set also when the node ended before registering
         self._was_registered = False
@@ -306,6 +318,7 @@ class NodeSupervisor:
         when the job ends, whichever comes first.
         """
         self._local_reason = self._local_reason or reason
+        self._local_stop.set()
         self._on_stop(reason)
 
     # -- the node's life ----------------------------------------------------------------
@@ -322,7 +335,7 @@ class NodeSupervisor:
 
     def _supervise(self) -> NodeOutcome:
         cfg = self.config
-        port = PortReservation(cfg.port, granted=cfg.port_granted)
+        port = self._port = PortReservation(cfg.port, granted=cfg.port_granted)
         # Claimed for the node's whole life (and its child's, which inherits the claim):
         # another node starting on this host meanwhile skips our GPUs.
         gpus = CPU
@@ -356,22 +369,63 @@ class NodeSupervisor:
         finally:
             self._stop_child()
             self.child.close()
-            port.release()
+            (self._port or port).release()
             gpus.release()
             client.close()
 
     def _run(self, client: NodeClient, port: PortReservation, gpus: GpuSelection) -> NodeOutcome:
+        """Register, run the child once the cluster formed, report how it ended; again for
+        each new generation when the job restarts its cluster (a peer was lost)."""
         cfg = self.config
         host = cfg.host or client.local_host()
         meta: Meta = {"pid": os.getpid(), "gpu_source": gpus.source}
         meta.update(self.child.prepare(host, client))
-        reg = client.register(host, port.port, gpus=gpus.uuids, task_id=cfg.task_id, meta=meta)
-        self.role, self.index = reg.role, reg.index
-        self.node = f"{self.role}:{self.index} (executor {cfg.executor_id}, host {host})"
-        client.start_heartbeats(cfg.heartbeat_interval_s, on_stop=self._on_stop)
-        self._was_registered = True
-        self._registered.set()
+        while True:
+            reg = client.register(host, port.port, gpus=gpus.uuids, task_id=cfg.task_id, meta=meta)
+            self.role, self.index = reg.role, reg.index
+            self._may_restart = reg.restarts < reg.max_restarts
+            self.node = f"{self.role}:{self.index} (executor {cfg.executor_id}, host {host})"
+            if not self._was_registered:
+                client.start_heartbeats(cfg.heartbeat_interval_s, on_stop=self._on_stop)
+                self._was_registered = True
+                self._registered.set()
+            outcome = self._generation(client, port, gpus)
+            if client.restart_to is None or self._local_reason:
+                return outcome
+            renewed = self._next_generation(client, port)
+            if renewed is None:  # stopped (by stop()) while waiting to rejoin
+                return outcome
+            port = renewed
 
+    def _next_generation(self, client: NodeClient, port: PortReservation) -> PortReservation | None:
+        """The job restarted its cluster: after the backoff, ready this node to rejoin the
+        new generation with a port of its own (the old one may be gone: another process may
+        have taken it while TensorFlow held it). None: the node was stopped meanwhile."""
+        cfg = self.config
+        log.info(
+            "%s of job %s: the cluster restarts as generation %s (%s); rejoining in %g s",
+            self.node,
+            cfg.job,
+            client.restart_to,
+            client.stop_reason,
+            client.restart_backoff_s,
+        )
+        if not self.child.renew():
+            raise RuntimeError(f"{type(self.child).__name__} cannot run again: the node cannot rejoin")
+        if self._local_stop.wait(client.restart_backoff_s):
+            return None
+        with self._lock:
+            self._stop.clear()
+            self._launched = False
+            self._child_ended.clear()
+            self._running.clear()
+        client.rejoin()
+        port.release()
+        self._port = PortReservation(cfg.port, granted=cfg.port_granted)
+        return self._port
+
+    def _generation(self, client: NodeClient, port: PortReservation, gpus: GpuSelection) -> NodeOutcome:
+        cfg = self.config
         info = client.await_cluster(cfg.wait_timeout_s)
         self.child.before_launch(info)
         env = {
@@ -380,6 +434,8 @@ class NodeSupervisor:
             "TFCOORD_JOB": cfg.job,
             "TFCOORD_ROLE": info.role,
             "TFCOORD_TASK_INDEX": str(info.index),
+            # The cluster's generation: how many times the job restarted it (resume from a checkpoint).
+            RESTARTS_ENV: str(client.generation),
         }
         reports = ReportPipe(client.progress, cfg.report_interval_s)
         env.update(reports.env())
@@ -424,11 +480,15 @@ class NodeSupervisor:
             return self._report(client, STOPPED, info)
         if ended.error:
             code = ended.exit_code if ended.exit_code > 0 else 1
-            return self._report(client, FAILED, info, error=ended.error, exit_code=code)
+            return self._report(
+                client, FAILED, info, error=ended.error, exit_code=code, child_code=ended.exit_code
+            )
         outcome = self._report(client, SUCCEEDED, info, meta=ended.meta)
         # A ps or evaluator that returned, or a node whose work still serves (a terminated feed
-        # answering its feeders): up, reported SUCCEEDED, until the job tells it to stop.
-        if info.role in cfg.linger_roles or self.child.lingers():
+        # answering its feeders), or any node of a job that may still restart its cluster
+        # (a peer lost later needs this one to rejoin): up, reported SUCCEEDED, until the job
+        # tells it to stop or to rejoin.
+        if info.role in cfg.linger_roles or self.child.lingers() or self._may_restart:
             self._stop.wait()
         return outcome
 
@@ -444,11 +504,12 @@ class NodeSupervisor:
         error: str = "",
         meta: Mapping[str, Any] | None = None,
         exit_code: int = 0,
+        child_code: int = 0,
     ) -> NodeOutcome:
         if state == STOPPED and not client.should_stop():
             error = self._local_reason  # the job fails: this node stopped unasked, and this says why
         try:
-            client.report(state, error=error, meta=meta)
+            client.report(state, error=error, meta=meta, exit_code=child_code)
         except RequestRejected as e:
             # The job ended meanwhile (a peer's failure got there first): the coordinator has
             # its outcome already, and this node's own is still what the child did.

@@ -50,6 +50,7 @@ def registration(job: Job, node: Node) -> dict[str, Any]:
         "state": job.state.value,
         "generation": node.generation,
         "restarts": len(job.restarts),
+        "max_restarts": job.spec.max_restarts,
     }
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfcoord.client import messages as m
-from tfcoord.client.vocab import ErrorCode, WaitKind
+from tfcoord.client.vocab import NodeState, ErrorCode, WaitKind
 
 from .events import AwaitJobEvent, AwaitStopEvent, Waiter, handles
 from .jobs import Job, Node, stop_answer
@@ -204,7 +204,9 @@ class Waits:
             return
         node = job.node(r.executor_id)
         answer = stop_answer(job, node, r.attempt, r.generation)
-        if answer["stop"] or (node is not None and not node.live):
+        # A node whose work succeeded waits on (a ps or evaluator serving, a worker of a job
+        # that may still restart): its stop comes when the job ends or restarts.
+        if answer["stop"] or (node is not None and not node.live and node.state != NodeState.SUCCEEDED):
             self.ledger.reply(ev.waiter, **answer)
         else:
             wait = Wait(
