@@ -179,6 +179,33 @@ def train_until_stopped(args: Any, ctx: Any) -> None:
         time.sleep(0.01)
 
 
+def checkpointed_training(args: Any, ctx: Any) -> dict[str, Any]:
+    """Ten TensorFlow steps, checkpointed after each with a CheckpointManager and resumed from it
+    (the restart tests). Worker 1 of the first generation holds at step ``args.hold_at``: it
+    writes its pid into the FIFO ``hold`` (the test reads it and kills the process), then waits
+    on a FIFO no one writes."""
+    import tensorflow as tf
+
+    step = tf.Variable(0, dtype=tf.int64)
+    w = tf.Variable(tf.zeros((4, 1)))
+    ckpt = tf.train.Checkpoint(step=step, w=w)
+    manager = tf.train.CheckpointManager(ckpt, str(Path(args.out, f"ckpt-{ctx.executor_id}")), max_to_keep=2)
+    manager.restore_or_initialize()
+    resumed_at = int(step.numpy())
+    x = tf.ones((8, 4))
+    while int(step.numpy()) < 10:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((x @ w - 1.0) ** 2)
+        w.assign_sub(0.01 * tape.gradient(loss, w))
+        step.assign_add(1)
+        manager.save(checkpoint_number=int(step.numpy()))
+        if int(step.numpy()) == args.hold_at and ctx.restart_count == 0 and ctx.executor_id == 1:
+            with open(Path(args.out, "hold"), "w") as fifo:
+                fifo.write(str(os.getpid()))
+            os.read(os.open(Path(args.out, "never"), os.O_RDONLY), 1)
+    return {"resumed_at": resumed_at, "generation": ctx.restart_count, "steps": int(step.numpy())}
+
+
 def args_for(out: Path, **kw: Any) -> SimpleNamespace:
     return SimpleNamespace(out=str(out), **kw)
 

@@ -137,3 +137,31 @@ def test_a_killed_supervisor_takes_map_fun_and_tensorboard_with_it(sc, tmp_path)
         (tmp_path / "done").touch()
         with pytest.raises(JobFailed):  # the node was lost: the job failed, and says so
             cluster.shutdown()
+
+
+def test_a_killed_tensorflow_process_restarts_the_cluster_which_resumes_from_its_checkpoint(sc, tmp_path):
+    """With ``max_restarts``, the same kill restarts the whole cluster as generation 1: the
+    survivor is told by push to stop and rejoin, the killed node's supervisor runs map_fun
+    again, both restore their CheckpointManager and finish; the job SUCCEEDS (issue 25)."""
+    for name in ("hold", "never"):
+        os.mkfifo(tmp_path / name)
+    cluster = tfs.run(
+        sc,
+        mapfuns.checkpointed_training,
+        args_for(tmp_path, hold_at=5),
+        num_executors=2,
+        num_ps=0,
+        max_restarts=1,
+        restart_backoff_s=0.2,
+    )
+    with open(tmp_path / "hold") as fifo:  # worker 1 is at step 5 of generation 0
+        pid = int(fifo.read())
+    os.kill(pid, signal.SIGKILL)
+    status = cluster.shutdown()
+    assert status.state == "SUCCEEDED" and status.generation == 1
+    [restart] = status.restarts
+    assert restart.cause == "was killed by SIGKILL" and restart.node.startswith("worker:1 (executor 1")
+    results = {n.index: n.results for n in status.nodes}
+    assert results[1] == {"resumed_at": 5, "generation": 1, "steps": 10}  # from its checkpoint
+    assert results[0]["generation"] == 1 and results[0]["steps"] == 10
+    assert all(n.generation == 1 for n in status.nodes)
