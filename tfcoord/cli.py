@@ -660,6 +660,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(dict(st.wire), indent=2, sort_keys=True))
         return 0
     print(describe(st))
+    if st.max_restarts:
+        print(f"generation {st.generation}, restarts {st.restart_count}/{st.max_restarts}")
+        for i, r in enumerate(st.restarts, 1):
+            print(f"  restart {i}: {r.node} {r.cause} (generation {r.generation}, {_fmt_time(r.at)})")
     if st.error:
         print(f"error: {st.error}")
     elif st.stop_reason:

@@ -580,3 +580,30 @@ def test_serve_refuses_http_without_a_token_file_and_a_readable_token_file(tmp_p
         timeout=60,
     )
     assert out.returncode == 2 and f"chmod 600 {loose}" in out.stderr
+
+
+def test_a_restart_shows_in_metrics_and_in_the_jobs_status(http_coord):
+    """A node killed by a signal in a job with ``max_restarts``: ``tfcoord_restarts_total``
+    counts it, and ``/v1/jobs/{job}`` shows the generation and the restart's cause."""
+    coord, base = http_coord
+    assert metrics(base)["tfcoord_restarts_total"] == 0
+    with DriverClient(coord.address, coord.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(2), max_restarts=1))
+        nodes = [NodeClient(coord.address, d.job_token(job), job, i).connect() for i in range(2)]
+        try:
+            for i, n in enumerate(nodes):
+                n.register("127.0.0.1", 7100 + i)
+            for n in nodes:
+                n.await_cluster(10)
+                n.report("RUNNING")
+            nodes[1].report("FAILED", error="Killed", exit_code=-9)
+            assert metrics(base)["tfcoord_restarts_total"] == 1
+            answer = fetch(base, f"/v1/jobs/{job}")
+            st = conforms(answer, "/v1/jobs/{job}")
+            assert (st["state"], st["generation"], st["max_restarts"]) == ("RESERVING", 1, 1)
+            [restart] = st["restarts"]
+            assert restart["cause"] == "was killed by SIGKILL" and restart["exit_code"] == -9
+            assert [n["generation"] for n in st["history"]] == [0, 0]
+        finally:
+            for n in nodes:
+                n.close()

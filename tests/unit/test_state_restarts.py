@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tfcoord.client import messages as m
+from tfcoord.client.errors import LocalProtocolError
 from tfcoord.client.vocab import ErrorCode, FailureReason, JobState, NodeState, RestartOn
 from tfcoord.coordinator import state as s
 
@@ -259,3 +262,9 @@ def test_a_replayed_journal_restarts_the_same_way() -> None:
     a, b = sm.job(), replayed.jobs["j"]
     assert (b.state, b.generation, b.restarts, b.filled) == (a.state, a.generation, a.restarts, a.filled)
     assert b.node(0) is not None and b.node(0).generation == 1  # type: ignore[union-attr]
+
+
+def test_a_mesos_job_refuses_restarts_it_could_not_honour() -> None:
+    with pytest.raises(LocalProtocolError, match="max_restarts is not available for engine 'mesos' yet"):
+        m.JobSpec(roles=(("worker", 1),), engine="mesos", max_restarts=1)
+    assert m.JobSpec(roles=(("worker", 1),), engine="mesos", deadline_s=60.0).deadline_s == 60.0

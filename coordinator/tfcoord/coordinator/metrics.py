@@ -148,6 +148,12 @@ class CoordinatorMetrics:
         )
         for reason in FAILURE_REASONS:
             self.failures.labels(reason)  # present, at zero, before the first one
+        self.restarts = Counter(
+            "tfcoord_restarts",
+            "Cluster restarts: a job's failure its restart policy retried as a new generation "
+            "(JobSpec.max_restarts); each cause is in the job's status.",
+            registry=self.registry,
+        )
         self.commit_seconds = Histogram(
             "tfcoord_journal_commit_duration_seconds",
             "Time one group commit of the journal took (SQLite under --state-dir).",
@@ -191,6 +197,10 @@ class CoordinatorMetrics:
             return
         if eff.state == JobState.FAILED and eff.reason == FailureReason.RESERVATION_TIMEOUT:
             self.failures.labels(FailureReason.RESERVATION_TIMEOUT).inc()
+        if eff.state == JobState.RESERVING:
+            job = self.server.state.jobs.get(eff.job)
+            if job is not None and job.generation > 0:  # reserving again: a restart began
+                self.restarts.inc()
         if eff.state == JobState.READY:
             job = self.server.state.jobs.get(eff.job)
             if job is not None:
