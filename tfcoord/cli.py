@@ -58,6 +58,7 @@ from tfcoord.client import (
     make_roles,
     tls,
 )
+from tfcoord.client.client import DEFAULT_RECONNECT_DEADLINE_S
 from tfcoord.client.entry import (
     ADDRESS_ENV,
     LOG_LEVELS,
@@ -75,8 +76,9 @@ from tfcoord.client.entry import (
 from tfcoord.client.messages import MAX_LOGS_REPLY
 from tfcoord.client.progress import describe
 from tfcoord.client.replies import JobStatus
+from tfcoord.client.terminal import TRACEBACK, printable
 from tfcoord.client.vocab import JobState, RestartOn
-from tfcoord.client.watcher import FOREVER_S
+from tfcoord.client.watcher import FOREVER_S, watch_until
 from tfcoord.coordinator.state import KEEP_FINISHED_JOBS, KEEP_FINISHED_S
 from tfcoord.driver.session import CoordinatorLink, stop_and_wait
 from tfcoord.node import main as node_main
@@ -101,6 +103,10 @@ DEFAULT_TIMEOUT_S = 10.0
 #: A person at a terminal waits this long for a silent peer's challenge before probing
 #: whether it speaks HTTP or expects TLS (the client library waits longer for nodes).
 CLI_CHALLENGE_TIMEOUT_S = 1.5
+#: A command that follows a job (submit, status --follow, logs --follow) keeps reconnecting
+#: to a coordinator it lost for this long, or --timeout if longer: a coordinator killed and
+#: restarted (systemd's Restart=) is back within seconds, journal replayed, and the job with it.
+FOLLOW_RECONNECT_S = DEFAULT_RECONNECT_DEADLINE_S
 
 
 class UserScriptError(Exception):
@@ -197,23 +203,58 @@ def _separate_http_token(token_file: str, secret_file: str | None, secret: bytes
 
 
 def _credential(p: Path, what: str, *, create: bool) -> bytes:
-    """A key file: created (mode 600) when missing and ``create``; refused if others can read it."""
+    """A key file: created (mode 600) when missing and ``create``; refused if others can read it.
+
+    Every way the file can be wrong is a :class:`UsageError` naming the file and the fix.
+    """
+    if p.is_symlink() and not p.exists():
+        # Never created through the link: the secret would land wherever it points.
+        fix = f"remove the link (a new {what} is then made in its place), or " if create else ""
+        raise UsageError(
+            f"{what} file {p} is a symbolic link to {os.readlink(p)}, which does not exist: "
+            f"{fix}create the file it points to (mode 600)"
+        )
     if not p.exists():
         if not create:
             raise UsageError(f"{what} file {p} does not exist")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        auth.write_secret(p)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            auth.write_secret(p)
+        except OSError as e:
+            raise UsageError(
+                f"cannot create the {what} file {p}: {e.strerror or e}; give a path in a "
+                "directory of yours, or create the file (mode 600) yourself"
+            ) from None
         log.info("created a new %s in %s (mode 600)", what, p)
     try:
         return auth.read_secret(p)
-    except (OSError, ValueError) as e:
+    except IsADirectoryError:
+        raise UsageError(f"{what} file {p} is a directory; give the path of a file") from None
+    except OSError as e:
+        raise UsageError(f"{what} file {p}: {e.strerror or e}") from None
+    except ValueError as e:
         raise UsageError(f"{what}: {e}") from None
 
 
 def _write_port_file(path: Path, port: int) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(f"{port}\n")
-    tmp.replace(path)  # atomic: a reader never sees a half-written file
+    """Write the port atomically: a new file of a random name beside ``path``, renamed over it.
+
+    The temporary file is created with O_EXCL (``mkstemp``), so a link planted at a name
+    one could guess (``F.tmp``) is never followed: nothing is written anywhere but here.
+
+    Raises:
+        OSError: the directory is missing or not writable.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)  # a port is no secret: readable as the file always was
+            f.write(f"{port}\n")
+        os.replace(tmp, path)  # atomic: a reader never sees a half-written file
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _client_config(args: argparse.Namespace) -> ClientConfig:
@@ -238,20 +279,28 @@ def _check_address(address: str) -> None:
         ) from None
 
 
-def _connect(cfg: ClientConfig, args: argparse.Namespace, role: str = "driver") -> DriverClient:
-    """A connected client that gives up after ``--timeout``, and at once on a refused
-    connection or a host that does not resolve: a person is waiting."""
+def _connect(
+    cfg: ClientConfig, args: argparse.Namespace, role: str = "driver", *, follow: bool = False
+) -> DriverClient:
+    """A connected client that gives up after ``--timeout``, and at once when its first
+    connection is refused or the host does not resolve: a person is waiting.
+
+    Once connected it rides out a coordinator restart, reconnecting until ``--timeout``; with
+    ``follow`` (a command that follows a job to its end) for :data:`FOLLOW_RECONNECT_S` at
+    least, and a request may wait as long for the coordinator to be back and answer it.
+    """
     timeout_s = args.timeout
+    patience_s = max(timeout_s, FOLLOW_RECONNECT_S) if follow else timeout_s
     client = DriverClient(
         cfg.address,
         cfg.secret,
         role=role,
         ssl_context=cfg.ssl_context,
         connect_deadline_s=timeout_s,
-        reconnect_deadline_s=timeout_s,
+        reconnect_deadline_s=patience_s,
         fail_fast=True,
         challenge_timeout_s=min(CLI_CHALLENGE_TIMEOUT_S, timeout_s),
-        request_timeout_s=timeout_s,
+        request_timeout_s=patience_s,
     )
     return client.connect()
 
@@ -464,6 +513,33 @@ async def _serve(cfg: ServeConfig) -> None:
         ) from None
     except HttpStartError as e:  # the port is taken, or the host is not ours
         raise UsageError(f"{e.strerror}; the coordinator did not start") from None
+    # The port files, like READY=1, say "serving": written only once every listener is up,
+    # so a start that fails leaves none behind pointing at a dead coordinator.
+    written: list[Path] = []
+    for flag, path, port in (
+        ("--port-file", cfg.port_file, service.port),
+        ("--http-port-file", cfg.http_port_file, service.http_port),
+    ):
+        if path is None or not port:
+            continue
+        try:
+            _write_port_file(path, port)
+            written.append(path)
+        except OSError as e:
+            for done in written:
+                done.unlink(missing_ok=True)
+            await service.close()
+            raise UsageError(
+                f"cannot write {flag} {path}: {e.strerror or e}; give a path in an existing "
+                "directory this user may write"
+            ) from None
+    # Said once every check has passed and the coordinator serves: a start refused for a
+    # mistake is its one line alone.
+    if cfg.ssl_context is None:
+        log.warning(
+            "serving plaintext (--plaintext): node, driver and HTTP traffic is unencrypted and "
+            "unauthenticated after the handshake; use it only on a network you trust"
+        )
     log.info(
         "tfcoord %s coordinator listening on %s:%d (%d journal events replayed, state in %s)",
         __version__,
@@ -476,12 +552,6 @@ async def _serve(cfg: ServeConfig) -> None:
     if service.http_port:
         status += f", HTTP on {cfg.http_host}:{service.http_port}"
     _tune_gc()
-    # The port files, like READY=1, say "serving": written only once every listener is up,
-    # so a start that fails leaves none behind pointing at a dead coordinator.
-    if cfg.port_file:
-        _write_port_file(cfg.port_file, service.port)
-    if cfg.http_port_file and service.http_port:
-        _write_port_file(cfg.http_port_file, service.http_port)
     _sd_notify(cfg.notify_socket, READY=1, STATUS=status)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -551,8 +621,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "--http-port needs --http-token-file: the API and dashboard require a bearer "
             "token (the file is created, mode 600, if missing)"
         )
-    # Before any file is created: a start refused for want of TLS leaves nothing behind.
+    # Before any file is created: a start refused for want of TLS, or for a state directory
+    # that is not this user's alone, leaves nothing behind.
     ssl_context = _server_tls(args)
+    if args.state_dir:
+        from tfcoord.coordinator.service import check_state_dir
+
+        try:
+            check_state_dir(Path(args.state_dir))
+        except StateDirError as e:
+            raise UsageError(str(e)) from None
     from tfcoord.coordinator.server import BudgetError, connection_budget, per_source_budget
 
     http_max = args.http_max_connections if args.http_port is not None else 0
@@ -611,11 +689,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ),
         http_max_connections=args.http_max_connections,
     )
-    if ssl_context is None:
-        log.warning(
-            "serving plaintext (--plaintext): node, driver and HTTP traffic is unencrypted and "
-            "unauthenticated after the handshake; use it only on a network you trust"
-        )
     try:
         asyncio.run(_serve(cfg))
     except StateDirError as e:
@@ -631,12 +704,16 @@ def _fmt_time(t: float | None) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.follow and args.job is None:
+        raise UsageError("--follow follows one job: give its id, tfcoord status JOB --follow")
     cfg = _admin_config(args)
-    with _connect(cfg, args, role="admin") as c:
+    with _connect(cfg, args, role="admin", follow=args.follow) as c:
         if args.job is None:
             listing = c.status(None)
         else:
             st = c.status(args.job)
+            if args.follow:
+                return _follow_status(c, st, args)
     if args.job is None:
         if args.json:
             print(json.dumps(dict(listing.wire), indent=2, sort_keys=True))
@@ -659,15 +736,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dict(st.wire), indent=2, sort_keys=True))
         return 0
+    _print_status(st)
+    return 0
+
+
+def _print_status(st: JobStatus) -> None:
+    """One job's status for people. Everything a node wrote (errors, host names, results,
+    timeline lines) goes through :func:`printable`: it cannot drive the terminal."""
     print(describe(st))
     if st.max_restarts:
         print(f"generation {st.generation}, restarts {st.restart_count}/{st.max_restarts}")
         for i, r in enumerate(st.restarts, 1):
-            print(f"  restart {i}: {r.node} {r.cause} (generation {r.generation}, {_fmt_time(r.at)})")
+            print(
+                printable(f"  restart {i}: {r.node} {r.cause} (generation {r.generation}, {_fmt_time(r.at)})")
+            )
     if st.error:
-        print(f"error: {st.error}")
+        print(f"error: {printable(st.error, keep=TRACEBACK)}")
     elif st.stop_reason:
-        print(f"stop reason: {st.stop_reason}")
+        print(f"stop reason: {printable(st.stop_reason, keep=TRACEBACK)}")
     node_rows: list[tuple[str, ...]] = [
         ("EXECUTOR", "ROLE", "STATE", "HOST:PORT", "GPUS", "ATTEMPT", "LAST SEEN", "ERROR")
     ]
@@ -689,25 +775,64 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     _table(node_rows)
     for line in st.missing:
-        print(f"missing: {line}")
+        print(f"missing: {printable(line)}")
     progress = [(n, n.figures) for n in st.nodes if n.figures]
     if progress:
         print("\nprogress (last reported):")
         for n, f in progress:
             print(
-                f"  {n.name}  "
-                + "  ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in f.items())
+                printable(
+                    f"  {n.name}  "
+                    + "  ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in f.items())
+                )
             )
     results = [(n, n.results) for n in st.nodes]
     if any(r for _, r in results):
         print("\nresults:")
         for n, r in results:
             if r:
-                print(f"  {n.name}  " + "  ".join(f"{k}={v}" for k, v in r.items()))
+                print(printable(f"  {n.name}  " + "  ".join(f"{k}={v}" for k, v in r.items())))
     if st.events:
         print("\ntimeline:")
         for t, text in st.events:
-            print(f"  {_fmt_time(t)}  {text}")
+            print(f"  {_fmt_time(t)}  {printable(text)}")
+
+
+def _follow_status(c: DriverClient, st: JobStatus, args: argparse.Namespace) -> int:
+    """``status JOB --follow``: the status, then each change (the summary line when it changes,
+    each new timeline line) until the job ends, riding out a coordinator restart; then how
+    it ended. With ``--json``, one status document a line, at each change."""
+    if args.json:
+        print(json.dumps(dict(st.wire), sort_keys=True), flush=True)
+    else:
+        _print_status(st)
+        sys.stdout.flush()
+    last_line, last_event = describe(st), st.events[-1] if st.events else None
+
+    def changed(new: JobStatus) -> None:
+        nonlocal last_line, last_event
+        if args.json:
+            print(json.dumps(dict(new.wire), sort_keys=True), flush=True)
+            return
+        # The timeline is bounded (its oldest lines go): new lines are those after the last seen.
+        events = list(new.events)
+        fresh = events[events.index(last_event) + 1 :] if last_event in events else events
+        for t, text in fresh:
+            print(f"  {_fmt_time(t)}  {printable(text)}")
+        if events:
+            last_event = events[-1]
+        line = describe(new)
+        if line != last_line:
+            print(line)
+            last_line = line
+        sys.stdout.flush()
+
+    final = watch_until(c, st.job, timeout_s=FOREVER_S, since=st, on_change=changed)
+    if not args.json and final.terminal and st.version != final.version:
+        if final.error:
+            print(f"error: {printable(final.error, keep=TRACEBACK)}")
+        elif final.stop_reason:
+            print(f"stop reason: {printable(final.stop_reason, keep=TRACEBACK)}")
     return 0
 
 
@@ -727,32 +852,52 @@ def _node_executor(st: JobStatus, node: str) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     cfg = _admin_config(args)
-    with _connect(cfg, args, role="admin") as c:
+    with _connect(cfg, args, role="admin", follow=args.follow) as c:
         st = c.status(args.job)
         eid = _node_executor(st, args.node) if args.node else -1
         since, warned = 0, set()
+        # A coordinator keeps no output across a restart and numbers what comes after from 0
+        # again: once the connection was re-established, the lines are asked for from the
+        # start, and those already printed (numbered below the old ``since`` and no newer than
+        # the last one printed) are skipped, so a reconnect to the same coordinator repeats nothing.
+        reconnects, last_t = c.reconnects, 0.0
+        seen: tuple[int, float] | None = None  # (since, last time) when the connection was lost
         while True:
             got = c.logs(args.job, executor_id=eid, since=since)
+            if c.reconnects != reconnects:
+                reconnects = c.reconnects
+                if since:
+                    seen, since = (max(since, seen[0] if seen else 0), last_t), 0
+                    continue
             names = {n["executor_id"]: f"{n['role']}:{n['index']}" for n in got["nodes"]}
             for n in got["nodes"]:
                 if n["dropped"] and n["executor_id"] not in warned:
                     warned.add(n["executor_id"])
                     line = f"[{n['dropped']} earlier lines of {names[n['executor_id']]} dropped: the coordinator keeps the last ones]"
                     print(
-                        json.dumps({"node": names[n["executor_id"]], "marker": line}) if args.json else line
+                        json.dumps({"node": names[n["executor_id"]], "marker": line})
+                        if args.json
+                        else printable(line)
                     )
-            for _, t, e, stream, text in got["lines"]:
+            for seq, t, e, stream, text in got["lines"]:
+                if seen is not None and seq < seen[0] and t <= seen[1]:
+                    continue  # printed before the connection was lost
+                last_t = max(last_t, t)
                 if args.json:
                     print(
                         json.dumps({"time": t, "node": names.get(e, str(e)), "stream": stream, "text": text})
                     )
                 else:
-                    # Lines arrive escaped (no control characters): printed as they are, they
-                    # can neither forge a line nor drive the terminal.
-                    print(f"{names.get(e, e)} {'!' if stream == 'stderr' else '|'} {text}")
+                    # Nodes escape their lines, and the coordinator refuses C0 controls in them;
+                    # escaped here all the same (C1 too: \x9b is a CSI), so no line can forge
+                    # another or drive the terminal, whoever sent it. Tabs are the program's own.
+                    where, shown = printable(str(names.get(e, e))), printable(text, keep="\t")
+                    print(f"{where} {'!' if stream == 'stderr' else '|'} {shown}")
             sys.stdout.flush()
             more = got["next"] > since and len(got["lines"]) >= MAX_LOGS_REPLY
             since = got["next"]
+            if seen is not None and since >= seen[0]:
+                seen = None  # past every line numbered before the reconnect
             if more:
                 continue
             if not args.follow or JobState(got["state"]).terminal:
@@ -761,6 +906,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def _table(rows: Sequence[Sequence[str]]) -> None:
+    """Rows as aligned columns; cells (host names, errors, job names) printed safe."""
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
@@ -779,7 +926,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         return 0
     print(f"job {args.job} ({res.state}): {verb} {len(res.nodes)} node(s)")
     for n in res.nodes:
-        print(f"  {n}")
+        print(f"  {printable(n)}")
     if args.dry_run:
         print("dry run: nothing was sent; run again without --dry-run to stop the job")
     return 0
@@ -796,7 +943,9 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _emit(line: str) -> None:
-    print(f"tfcoord: {line}", file=sys.stderr, flush=True)
+    """A progress or outcome line of ``submit`` on stderr; node text in it (a failed node's
+    traceback) cannot drive the terminal."""
+    print(f"tfcoord: {printable(line, keep=TRACEBACK)}", file=sys.stderr, flush=True)
 
 
 def _is_python(prog: str) -> bool:
@@ -912,7 +1061,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             node_env = dict(os.environ, **{TLS_CA_ENV: str(ca_file)})
             node_env.pop(TLS_CERT_ENV, None)
             node_env.pop(TLS_KEY_ENV, None)
-        with _connect(ClientConfig(link.address, link.secret, link.ssl_context), args) as driver:
+        with _connect(ClientConfig(link.address, link.secret, link.ssl_context), args, follow=True) as driver:
             # With --json stdout carries the final status alone; the nodes' output goes to stderr.
             out = sys.stderr.buffer if args.json else None
             status = run_local(driver, spec, command, emit=_emit, out=out, env=node_env)
@@ -1022,7 +1171,10 @@ def _submit_mesos(args: argparse.Namespace) -> int:
             config, advertise_host=args.advertise_host, gpus=mjob.gpus, plaintext=args.plaintext
         )
     what = "serving tf.distribute.Server" if mjob.server_mode else f"running {' '.join(command)}"
-    with link, _connect(ClientConfig(link.address, link.secret, link.ssl_context), args) as driver:
+    with (
+        link,
+        _connect(ClientConfig(link.address, link.secret, link.ssl_context), args, follow=True) as driver,
+    ):
         job = driver.submit(spec)
         _emit(
             f"job {job} submitted to Mesos: "
@@ -1234,6 +1386,12 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     client_flags(sp)
     admin_flag(sp)
     sp.add_argument("job", nargs="?")
+    sp.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="print each change of JOB (summary, timeline) until it ends; --json: a status a line",
+    )
     sp.set_defaults(fn=cmd_status)
 
     sp = command(

@@ -48,6 +48,7 @@ class Served:
         log_level, log_format: the global ``--log-level`` and ``--log-format`` flags.
         env: the coordinator's environment (default: this process's); ``NOTIFY_SOCKET`` is
             always the helper's own.
+        port_file: the ``--port-file`` (default: a fresh name in ``tmp``).
 
     Raises:
         AssertionError: the coordinator exited, or did not say READY=1 within
@@ -65,11 +66,12 @@ class Served:
         log_format: str = "text",
         http_token_file: Path | None = None,
         env: dict[str, str] | None = None,
+        port_file: Path | None = None,
     ) -> None:
         stamp = time.monotonic_ns()
         self.secret_file = tmp / "secret"
         self.log_path = tmp / f"serve-{stamp}.log"
-        self.port_file = tmp / f"port-{stamp}"
+        self.port_file = port_file or tmp / f"port-{stamp}"
         self.http_port_file = tmp / f"http-port-{stamp}"
         self.http_token_file = http_token_file or tmp / "http-token"
         cmd = [

@@ -24,6 +24,7 @@ from tfcoord.client.entry import ADDRESS_ENV, SECRET_FILE_ENV
 from tfcoord.client.messages import MAX_TIMEOUT_S
 from tfcoord.client.progress import ProgressLines
 from tfcoord.client.replies import TENSORBOARD_PID_META, JobStatus
+from tfcoord.client.terminal import TRACEBACK, printable
 from tfcoord.client.vocab import FORMED_JOB, FailureReason, JobState, NodeState, RestartOn
 from tfcoord.client.watcher import FOREVER_S, ended, watch_until
 from tfcoord.node import feedtls, feedwire
@@ -493,7 +494,8 @@ class SparkCluster:
             msg += "\n" + RESERVATION_HINTS
         if self.spark_error is not None and st.reason == FailureReason.ENGINE_FAILED:
             msg += f"\nSpark error: {_spark_summary(self.spark_error)}"
-        return JobFailed(self.job, msg, st)
+        # The driver program prints it: a node's error text cannot drive its terminal.
+        return JobFailed(self.job, printable(msg, keep=TRACEBACK), st)
 
     def tensorboard_url(self, timeout_s: float = 60.0) -> str | None:
         """The URL of the TensorBoard beside the chief (or worker 0); None without ``tensorboard=True``.
@@ -567,8 +569,11 @@ class SparkCluster:
                 n = late[0]
                 raise JobFailed(
                     self.job,
-                    f"job {self.job}: {n.name} (executor {n.executor_id}, host {n.host}) "
-                    f"failed late:\n{n.error}",
+                    printable(
+                        f"job {self.job}: {n.name} (executor {n.executor_id}, host {n.host}) "
+                        f"failed late:\n{n.error}",
+                        keep=TRACEBACK,
+                    ),
                     st,
                     FailureReason.NODE_FAILED,
                 )
@@ -781,18 +786,24 @@ class SparkCluster:
             raise self._feed_timeout(st) from e
         if st is not None and st.state in (JobState.STOPPING, JobState.STOPPED):
             cause = [ln for ln in summary.splitlines() if "Error" in ln or "Stopped" in ln] or [summary]
-            log.info("job %s is %s: feeding ended (%s)", self.job, st.state, cause[-1].strip()[:300])
+            log.info(
+                "job %s is %s: feeding ended (%s)", self.job, st.state, printable(cause[-1].strip()[:300])
+            )
             return
         if st is not None and st.state == JobState.SUCCEEDED:
             # Every node finished (each ended its feed with DataFeed.terminate(), or returned):
             # the partitions left were not wanted, as TensorFlowOnSpark's feeders skip them.
             log.info("job %s SUCCEEDED before every partition was fed; the rest was skipped", self.job)
             return
-        raise feedwire.FeedError(f"feeding job {self.job} failed: {summary}") from e
+        raise feedwire.FeedError(
+            printable(f"feeding job {self.job} failed: {summary}", keep=TRACEBACK)
+        ) from e
 
     def _feed_timeout(self, st: JobStatus) -> feedwire.FeedTimeout:
         """The job was stopped by a node whose consumer stalled: its message names the node and queue."""
-        return feedwire.FeedTimeout(f"feeding job {self.job} failed: {st.stop_reason}")
+        return feedwire.FeedTimeout(
+            printable(f"feeding job {self.job} failed: {st.stop_reason}", keep=TRACEBACK)
+        )
 
     def _end_feed(self) -> None:
         """Tell every fed node the feed is over, so its ``should_stop()`` turns true."""
@@ -1106,7 +1117,7 @@ def submit_script(
 def _emit_results(status: JobStatus, emit: Any) -> None:
     for n in status.nodes:
         if n.results:
-            emit(f"  {n.name} on {n.host}: " + " ".join(f"{k}={v}" for k, v in n.results.items()))
+            emit(printable(f"  {n.name} on {n.host}: " + " ".join(f"{k}={v}" for k, v in n.results.items())))
 
 
 class _ProgressHandler(logging.Handler):

@@ -53,6 +53,7 @@ from .replies import (
     StopResult,
     Submitted,
 )
+from .terminal import TRACEBACK, printable
 from .vocab import TRANSIENT_CLOSES, ErrorCode, FailureReason, JobState, NodeState
 
 log = logging.getLogger("tfcoord.client")
@@ -140,10 +141,11 @@ class Client:
         ssl_context: wrap the socket in TLS with this context (see :mod:`tfcoord.client.tls`).
         challenge_timeout_s: how long a first connection waits for the coordinator's
             challenge before concluding that the peer expects TLS or speaks HTTP.
-        fail_fast: report a refused connection, or a host with no route to it, at once
-            instead of retrying until ``connect_deadline_s``. Long-lived clients (nodes,
-            drivers) keep the default and ride out a coordinator restart; a person at a
-            terminal wants to know now. A host name that does not resolve always fails at once.
+        fail_fast: report a refused first connection, or a host with no route to it, at
+            once instead of retrying until ``connect_deadline_s``: a person at a terminal
+            wants to know now. Once connected, every client rides out a coordinator restart
+            (reconnecting until ``reconnect_deadline_s``), fail_fast or not. A host name that
+            does not resolve always fails at once.
         request_timeout_s: how long a request that is not a wait may take to be answered.
     """
 
@@ -229,7 +231,9 @@ class Client:
                 last = e
             except OSError as e:
                 last = e
-                if self._fail_fast and _hopeless(e):
+                # Only a first connection fails fast: once a handshake succeeded, a refused
+                # connection is a coordinator restarting, ridden out until the deadline.
+                if self._fail_fast and not self._handshaken and _hopeless(e):
                     raise Unreachable(
                         f"cannot reach the tfcoord coordinator at {self.address}: {_why(e)}; is "
                         "`tfcoord serve` running there, and is that its --port (--address, TFCOORD_ADDRESS)?"
@@ -685,11 +689,17 @@ class DriverClient(Client):
 
 
 def check_outcome(status: JobStatus) -> None:
-    """Raise JobFailed / JobStopped for a terminal status that is not SUCCEEDED."""
+    """Raise JobFailed / JobStopped for a terminal status that is not SUCCEEDED.
+
+    The message carries the node's own error text (and its traceback), which whatever
+    catches the error prints: its control characters are escaped, its lines kept.
+    """
     if status.state == JobState.FAILED:
-        raise JobFailed(status.job, f"job {status.job} failed: {status.error}", status)
+        message = printable(f"job {status.job} failed: {status.error}", keep=TRACEBACK)
+        raise JobFailed(status.job, message, status)
     if status.state == JobState.STOPPED:
-        raise JobStopped(status.job, f"job {status.job} was stopped: {status.stop_reason}", status)
+        message = printable(f"job {status.job} was stopped: {status.stop_reason}", keep=TRACEBACK)
+        raise JobStopped(status.job, message, status)
 
 
 def new_job_id(name: str = "") -> str:

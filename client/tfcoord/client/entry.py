@@ -29,6 +29,7 @@ from .errors import (
     TlsError,
     Unreachable,
 )
+from .terminal import TRACEBACK, printable
 
 ADDRESS_ENV = "TFCOORD_ADDRESS"
 SECRET_FILE_ENV = "TFCOORD_SECRET_FILE"
@@ -93,21 +94,33 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out)
 
 
+class TextFormatter(logging.Formatter):
+    """Log lines for a terminal: what a record carries from a node (an error text, a task id)
+    cannot drive the terminal; a traceback keeps its lines (JSON lines escape on their own)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), keep=TRACEBACK)
+
+
 def setup_logging(fmt: str, level: str) -> None:
     """Log to stderr, as text or JSON lines, at ``level``."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
 
 
 def fail(code: int, message: str) -> int:
-    """Print ``tfcoord: MESSAGE`` on stderr; returns ``code``."""
-    print(f"tfcoord: {message.strip()}", file=sys.stderr, flush=True)
+    """Print ``tfcoord: MESSAGE`` on stderr; returns ``code``.
+
+    The message may carry a node's own text (a failed job's traceback, a coordinator's
+    refusal naming a node's task id): its control characters are escaped, its lines kept.
+    """
+    print(f"tfcoord: {printable(message.strip(), keep=TRACEBACK)}", file=sys.stderr, flush=True)
     return code
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .replies import JobStatus
+from .terminal import printable
 from .vocab import FORMED_JOB
 
 #: Progress lines name at most this many missing slots, then how many more.
@@ -27,7 +28,7 @@ def restart_line(status: JobStatus) -> str:
 
 def describe(status: JobStatus) -> str:
     """A one-line summary of a job (full or brief status): state, registrations and who is
-    still missing."""
+    still missing; safe to print (a missing slot's text may hold a node's task id)."""
     line = f"job {status.job} {status.state}"
     if status.state.reserving:
         line += f": registered {status.registered}/{status.size}"
@@ -39,7 +40,7 @@ def describe(status: JobStatus) -> str:
             line += f" (waiting for {', '.join(missing[:SHOWN_MISSING])}{more})"
     elif status.state in FORMED_JOB:
         line += f": {status.running}/{status.size} nodes running"
-    return line
+    return printable(line)
 
 
 class ProgressLines:
@@ -55,7 +56,7 @@ class ProgressLines:
     def __call__(self, status: JobStatus) -> None:
         if status.restart_count > self._restarts and status.restarts:
             self._restarts = status.restart_count
-            self._emit(restart_line(status))
+            self._emit(printable(restart_line(status)))
         if status.terminal and not self._final:
             return
         line = describe(status)
@@ -65,7 +66,8 @@ class ProgressLines:
 
 
 class TimelineLines:
-    """Emit each new line of a job's timeline (full statuses carry it)."""
+    """Emit each new line of a job's timeline (full statuses carry it), safe to print: a
+    line may quote a node's error text."""
 
     def __init__(self, emit: Callable[[str], None]) -> None:
         self._emit = emit
@@ -73,5 +75,5 @@ class TimelineLines:
 
     def __call__(self, status: JobStatus) -> None:
         for _, text in status.events[self._seen :]:
-            self._emit(text)
+            self._emit(printable(text))
         self._seen = len(status.events)

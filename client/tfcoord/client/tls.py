@@ -95,6 +95,8 @@ def server_context(
     Raises:
         TlsError: a file is missing, unreadable, not PEM, or the key does not match.
     """
+    # PROTOCOL_TLS_SERVER trusts no CA until told: with ``ca_file`` that CA alone signs
+    # client certificates (the system's store is never loaded here).
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = MINIMUM_VERSION
     _load_chain(ctx, cert_file, key_file)
@@ -119,6 +121,10 @@ def client_context(
     """A client's context: trust ``ca_file`` (else the system's CAs), check the host name,
     and present ``cert_file``/``key_file`` when the coordinator asks (mutual TLS).
 
+    A pinned CA (``ca_file``, ``ca_pem`` or both) is trusted *instead of* the system's
+    store, not beside it: any public CA, or one a host's administrator added, could
+    otherwise sign a certificate for the coordinator's address.
+
     Raises:
         TlsError: a file is missing, unreadable, not PEM, the key does not match, or only
             one of ``cert_file`` and ``key_file`` is given.
@@ -128,8 +134,12 @@ def client_context(
             "a TLS client certificate needs its key and the key its certificate: "
             "give both (TFCOORD_TLS_CERT and TFCOORD_TLS_KEY) or neither"
         )
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    # PROTOCOL_TLS_CLIENT verifies the certificate and the host name, and trusts nothing
+    # until told what to trust (create_default_context would load the system's store first).
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = MINIMUM_VERSION
+    if ca_file is None and ca_pem is None:
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
     if ca_file is not None:
         _load_ca(ctx, ca_file)
     if ca_pem is not None:  # a pinned CA, e.g. an embedded coordinator's own (coordinator.ephemeral)

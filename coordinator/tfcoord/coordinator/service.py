@@ -24,12 +24,15 @@ starts.
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .journal import Journal, MemoryJournal, SqliteJournal
+from .journal import FILENAME, Journal, MemoryJournal, SqliteJournal, StateDirError
 from .server import DEFAULT_MAX_HTTP_CONNECTIONS, CoordinatorServer, ServerConfig
 
 log = logging.getLogger("tfcoord.coordinator")
@@ -147,6 +150,101 @@ class HttpStartError(OSError):
     """The HTTP API could not bind its port (taken, or the host is not ours)."""
 
 
+#: Beside the journal (its name starts with the journal's, so the directory stays a tfcoord
+#: one): held with an exclusive ``flock`` while a coordinator uses the directory, and holding
+#: that coordinator's PID. The kernel drops the lock with the process, ``kill -9`` included.
+LOCK_FILENAME = f"{FILENAME}.lock"
+
+
+def check_state_dir(state_dir: Path) -> None:
+    """Refuse a state directory that is not this user's alone; a missing one passes (the
+    coordinator makes it, mode 700).
+
+    Raises:
+        StateDirError: it is not a directory, belongs to another user, or group or others may
+            write in it; the message says what to change.
+    """
+    try:
+        st = state_dir.stat()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise StateDirError(
+            f"cannot use state directory {state_dir}: {e.strerror or e}; point --state-dir at a directory of yours"
+        ) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateDirError(f"--state-dir {state_dir} is a file, not a directory; point it at a directory")
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise StateDirError(
+            f"state directory {state_dir} belongs to uid {st.st_uid}, not to this user (uid {me}): "
+            f"whoever owns it can replace the journal; run: chown {me} {state_dir}, or point "
+            "--state-dir at a directory of yours"
+        )
+    if st.st_mode & 0o022:
+        raise StateDirError(
+            f"state directory {state_dir} may be written by other users (mode {st.st_mode & 0o777:o}): "
+            f"they could replace the journal; run: chmod go-w {state_dir}"
+        )
+
+
+class StateDirLock:
+    """A state directory claimed by this process: checked, then locked until :meth:`release`.
+
+    Two coordinators on one journal would each replay it and then write over each other;
+    a directory another user owns, or one others may write in, lets them replace the
+    journal (and so every job, token owner and terminal state) under the coordinator.
+
+    Raises:
+        StateDirError: the directory cannot be made, belongs to another user, may be written
+            by group or others, or another process holds its lock (named by its PID).
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except FileExistsError:
+            pass  # not a directory: check_state_dir says so
+        except OSError as e:
+            raise StateDirError(
+                f"cannot create state directory {state_dir}: {e.strerror or e}; "
+                "point --state-dir at a directory of yours"
+            ) from None
+        check_state_dir(state_dir)
+        path = state_dir / LOCK_FILENAME
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise StateDirError(
+                f"cannot open the state directory's lock {path}: {e.strerror or e}; remove it if it is "
+                "not a plain file of yours"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            who = f"PID {holder}" if holder.isdigit() else "a process that has not written its PID yet"
+            raise StateDirError(
+                f"state directory {state_dir} is in use by another tfcoord serve ({who}): stop that "
+                "one first, or give this one a --state-dir of its own"
+            ) from None
+        except OSError as e:
+            os.close(fd)
+            raise StateDirError(f"cannot lock {path}: {e.strerror or e}") from None
+        os.fchmod(fd, 0o600)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Unlock (idempotent). The PID stays in the file: whoever locks it next overwrites it."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
 class CoordinatorService:
     """One running coordinator: ``await start()``, serve, ``await close()``.
 
@@ -164,6 +262,7 @@ class CoordinatorService:
         self.replayed = 0
         self._http_runner: Any = None
         self._http: HttpConfig | None = None
+        self._state_lock: StateDirLock | None = None
         self._closed = False
 
     @property
@@ -182,12 +281,21 @@ class CoordinatorService:
         """Replay, listen, start the engines, then serve HTTP.
 
         Raises:
+            StateDirError: the state directory is not this user's alone, is in use by another
+                coordinator, or holds no usable journal.
             ListenError: the listener's port cannot be bound.
             HttpStartError: the HTTP API's port cannot be bound.
             Exception: an engine could not start (a MesosError says why).
         """
         cfg = self.config
-        journal: Journal = SqliteJournal(cfg.state_dir) if cfg.state_dir else MemoryJournal()
+        journal: Journal = MemoryJournal()
+        if cfg.state_dir is not None:
+            self._state_lock = StateDirLock(cfg.state_dir)
+            try:
+                journal = SqliteJournal(cfg.state_dir)
+            except BaseException:
+                self._state_lock.release()
+                raise
         self.server = CoordinatorServer(cfg.server, journal, engines=frozenset(e.name for e in cfg.engines))
         try:
             self.replayed = self.server.recover()
@@ -289,5 +397,9 @@ class CoordinatorService:
                 await engine.close()
             except Exception:  # the server must close all the same: its journal holds the truth
                 log.exception("closing engine %r failed", engine)
-        if self.server is not None:
-            await self.server.close()
+        try:
+            if self.server is not None:
+                await self.server.close()
+        finally:
+            if self._state_lock is not None:  # the journal is closed: another coordinator may have it
+                self._state_lock.release()
