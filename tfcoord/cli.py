@@ -787,11 +787,11 @@ def _print_status(st: JobStatus) -> None:
                 )
             )
     results = [(n, n.results) for n in st.nodes]
-    if any(r for _, r in results):
+    if any(got for _, got in results):
         print("\nresults:")
-        for n, r in results:
-            if r:
-                print(printable(f"  {n.name}  " + "  ".join(f"{k}={v}" for k, v in r.items())))
+        for n, got in results:
+            if got:
+                print(printable(f"  {n.name}  " + "  ".join(f"{k}={v}" for k, v in got.items())))
     if st.events:
         print("\ntimeline:")
         for t, text in st.events:
