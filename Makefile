@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-local test test-quick lint typecheck format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-load docs clean
+.PHONY: install demo demo-local test test-quick lint typecheck format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-load bench-recovery docs clean
 
 $(STAMP): pyproject.toml client/pyproject.toml node/pyproject.toml coordinator/pyproject.toml aliases/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,7 +74,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 ## Every benchmark, side by side with its anchor (about 20 minutes on two cores).
-bench: bench-rendezvous bench-spark bench-feed bench-mesos bench-load
+bench: bench-rendezvous bench-spark bench-feed bench-mesos bench-load bench-recovery
 
 ## Rendezvous of N simulated nodes vs TensorFlowOnSpark 2.2.5's reservation server.
 bench-rendezvous: $(BENCH_STAMP)
@@ -91,6 +91,10 @@ bench-feed: $(BENCH_STAMP)
 ## tfcoord vs tfmesos2 0.4.0 on the fake Mesos master: 1 ps + 2 workers to readiness.
 bench-mesos: $(BENCH_STAMP)
 	$(BENCH_PY) benchmarks/mesos_ready.py --json
+
+## A node's death to every node of the restarted cluster running again, vs a fresh submission.
+bench-recovery: $(STAMP)
+	$(PY) benchmarks/recovery.py --engines local,spark --json
 
 ## 10,000 heartbeating connections and 100 jobs, hostile frames, restart to resumed.
 bench-load: $(STAMP)

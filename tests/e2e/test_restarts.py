@@ -100,3 +100,54 @@ def test_without_restarts_left_the_kill_fails_the_job_naming_the_cause(tmp_path:
     status = json.loads(stdout)
     assert status["state"] == "FAILED" and status["reason"] == "node_failed" and status["restarts"] == []
     assert "killed by signal 9" in status["error"]
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fault_tolerance" / "keras_fit.py"
+EPOCH_LINE = re.compile(r"^\[worker:1\] worker:1 pid (\d+) generation 0: epoch 2/6 done")
+
+
+@pytest.mark.timeout(600)
+def test_keras_fit_under_mwms_survives_a_killed_worker_and_trains_the_same_epochs(tmp_path: Path) -> None:
+    """The fault-tolerance example, for real: two TensorFlow workers in MultiWorkerMirroredStrategy,
+    worker 1 SIGKILLed after its second epoch; the cluster restarts, BackupAndRestore resumes
+    ``fit`` and both workers end with 6 epochs x 8 steps, as an undisturbed run does."""
+    proc = subprocess.Popen(
+        [
+            *TFCOORD,
+            "submit",
+            "--engine",
+            "local",
+            "--workers",
+            "2",
+            "--max-restarts",
+            "1",
+            "--",
+            sys.executable,
+            str(EXAMPLE),
+            "--backup-dir",
+            str(tmp_path / "backup"),
+            "--epochs",
+            "6",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+        cwd=tmp_path,
+    )
+    lines = []
+    with proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the nodes' output as it comes: kill worker 1 after epoch 2
+            lines.append(line)
+            if found := EPOCH_LINE.match(line):
+                os.kill(int(found.group(1)), signal.SIGKILL)
+        proc.wait(timeout=60)
+    out = "".join(lines)
+    assert proc.returncode == 0, out[-4000:]
+    assert "restart 1/1: worker:1 (executor 1, host 127.0.0.1) was killed by SIGKILL" in out
+    for worker in ("worker:0", "worker:1"):
+        assert f"[{worker}] {worker} generation 1: trained 48 steps in all (6 epochs x 8)" in out
+    # Generation 1 resumed where the backup was (epoch 2 or 3, depending on when worker 0 stopped),
+    # not from the start.
+    assert not re.search(r"generation 1: epoch 1/6 done", out)
