@@ -49,7 +49,7 @@ class TFRecordError(ValueError):
 
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """TensorFlow's masked CRC32C of ``data``."""
-    crc = google_crc32c.value(bytes(data))
+    crc: int = google_crc32c.value(bytes(data))
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 

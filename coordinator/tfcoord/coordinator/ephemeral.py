@@ -16,6 +16,10 @@ import os
 import ssl
 import tempfile
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 #: Long enough for any job a driver runs; the certificate dies with the driver anyway.
 VALIDITY = datetime.timedelta(days=30)
@@ -23,10 +27,10 @@ VALIDITY = datetime.timedelta(days=30)
 BACKDATE = datetime.timedelta(hours=1)
 
 
-def _san(hosts: Iterable[str]) -> list:
+def _san(hosts: Iterable[str]) -> list[x509.GeneralName]:
     from cryptography import x509
 
-    names: list = []
+    names: list[x509.GeneralName] = []
     for h in dict.fromkeys(h.strip("[]") for h in hosts if h):
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(h)))

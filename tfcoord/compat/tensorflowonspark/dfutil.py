@@ -127,6 +127,7 @@ def infer_schema(example: Any, binary_features: Sequence[str] = ()) -> Any:
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
+        DataType,
         DoubleType,
         LongType,
         StringType,
@@ -134,9 +135,10 @@ def infer_schema(example: Any, binary_features: Sequence[str] = ()) -> Any:
         StructType,
     )
 
-    def sql_type(name: str, feature: Any) -> Any:
+    def sql_type(name: str, feature: Any) -> DataType:
         if name in binary_features:
             return BinaryType()
+        base: DataType
         if feature.int64_list.value:
             values, base = feature.int64_list.value, LongType()
         elif feature.float_list.value:

@@ -25,12 +25,12 @@ import copy
 import logging
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.ml import Estimator, Model
-from pyspark.ml.param.shared import Param, Params, TypeConverters
+from pyspark.ml.param import Param, Params, TypeConverters
 
 from tfcoord.node import keras2
 
@@ -70,7 +70,10 @@ class TFTypeConverters:
         raise TypeError(f"Could not convert {value!r} to a dict: give a {{column: tensor}} mapping")
 
 
-def _param(name: str, doc: str, converter: Any) -> Param:
+_T = TypeVar("_T")
+
+
+def _param(name: str, doc: str, converter: Callable[[Any], _T]) -> Param[_T]:
     return Param(Params._dummy(), name, doc, typeConverter=converter)
 
 
@@ -343,7 +346,7 @@ class TFParams(Params):
 
 
 class TFEstimator(
-    Estimator,
+    Estimator["TFModel"],
     TFParams,
     HasInputMapping,
     HasClusterSize,

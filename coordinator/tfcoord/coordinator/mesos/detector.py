@@ -63,9 +63,10 @@ def master_url(data: bytes, scheme: str) -> str:
         raise MesosProtocolError(f"a master's znode does not hold MasterInfo JSON: {e}") from None
     if not isinstance(info, dict):
         raise MesosProtocolError("a master's znode does not hold a MasterInfo JSON object")
-    address = info.get("address") if isinstance(info.get("address"), dict) else {}
-    host = address.get("hostname") or address.get("ip")
-    port = address.get("port") or info.get("port")
+    raw_address = info.get("address")
+    address: dict[str, Any] = raw_address if isinstance(raw_address, dict) else {}
+    host: Any = address.get("hostname") or address.get("ip")
+    port: Any = address.get("port") or info.get("port")
     pid = info.get("pid")
     if (not host or not port) and isinstance(pid, str) and "@" in pid:
         pid_host, _, pid_port = pid.partition("@")[2].rpartition(":")

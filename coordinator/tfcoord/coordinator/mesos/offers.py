@@ -270,7 +270,7 @@ class _Room:
         self.attributes = offer.attribute_map
 
     def free(self, name: str) -> float:
-        total = sum(s[1] for s in self.scalars if s[0] == name)
+        total: float = sum(s[1] for s in self.scalars if s[0] == name)
         total += sum(len(s[1]) for s in self.sets if s[0] == name)
         total += sum(e - b + 1 for r in self.ranges if r[0] == name for b, e in r[1])
         return total

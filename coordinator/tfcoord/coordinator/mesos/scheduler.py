@@ -393,6 +393,12 @@ class SchedulerClient:
             pass
         self._poke.clear()
 
+    def _ssl_for(self, url: str) -> ssl.SSLContext | bool:
+        """aiohttp's ``ssl`` argument for a request to ``url``: :func:`ssl_context`'s context for
+        an https master, else True (aiohttp's default, which ssl=None also meant; a plain http
+        URL ignores it)."""
+        return self._ssl if self._ssl is not None and url.startswith("https://") else True
+
     def _subscribe_body(self) -> dict[str, Any]:
         info = dict(self.listener.framework_info())
         body: dict[str, Any] = {"type": "SUBSCRIBE", "subscribe": {"framework_info": info}}
@@ -415,7 +421,7 @@ class SchedulerClient:
                         json=self._subscribe_body(),
                         headers={"Accept": "application/json"},
                         allow_redirects=False,
-                        ssl=self._ssl if url.startswith("https://") else None,
+                        ssl=self._ssl_for(url),
                         timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
                     )
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
@@ -627,7 +633,7 @@ class SchedulerClient:
                 json=body,
                 headers=headers,
                 allow_redirects=False,
-                ssl=self._ssl if url.startswith("https://") else None,
+                ssl=self._ssl_for(url),
             ) as resp:
                 if resp.status == 202:
                     return
