@@ -165,3 +165,41 @@ def test_a_killed_tensorflow_process_restarts_the_cluster_which_resumes_from_its
     assert results[1] == {"resumed_at": 5, "generation": 1, "steps": 10}  # from its checkpoint
     assert results[0]["generation"] == 1 and results[0]["steps"] == 10
     assert all(n.generation == 1 for n in status.nodes)
+
+
+def _executor_jvm(pid: int) -> int:
+    """The Spark executor JVM above process ``pid`` (a Python worker it runs)."""
+    while pid > 1:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"CoarseGrainedExecutorBackend" in cmdline:
+            return pid
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    raise AssertionError("no executor JVM above the node's process")
+
+
+def test_a_killed_executor_jvm_restarts_the_cluster_on_a_replacement_executor(sc, tmp_path):
+    """The executor JVM of worker 1 SIGKILLed mid-training: Spark's standalone worker starts a
+    replacement executor and retries the task there; the retry joins generation 1 as the
+    slot's next attempt, the survivor rejoins, and both resume from their checkpoints."""
+    for name in ("hold", "never"):
+        os.mkfifo(tmp_path / name)
+    cluster = tfs.run(
+        sc,
+        mapfuns.checkpointed_training,
+        args_for(tmp_path, hold_at=5),
+        num_executors=2,
+        num_ps=0,
+        max_restarts=1,
+        restart_backoff_s=0.2,
+    )
+    with open(tmp_path / "hold") as fifo:  # worker 1 is at step 5 of generation 0
+        int(fifo.read())
+    victim = next(n for n in cluster.driver.status(cluster.job).nodes if n.index == 1)
+    os.kill(_executor_jvm(int(victim.meta["pid"])), signal.SIGKILL)
+    status = cluster.shutdown()
+    assert status.state == "SUCCEEDED" and status.generation == 1, status.why
+    [restart] = status.restarts
+    assert restart.node.startswith("worker:1 (executor 1")
+    results = {n.index: n.results for n in status.nodes}
+    assert results[1]["resumed_at"] == 5 and results[1]["steps"] == 10 and results[1]["generation"] == 1
+    assert {n.index: n.attempt for n in status.nodes}[1] >= 1  # a retried task took the slot
