@@ -937,3 +937,63 @@ def test_an_offered_port_left_in_time_wait_by_a_previous_task_is_usable(master: 
         client.close()
     with run_cluster(master, [Job("worker", 1, cpus=0.5, mem=256)]) as c:
         assert c.cluster_def == {"worker": ["127.0.0.1:31000"]}
+
+
+def test_a_task_lost_mid_run_is_placed_again_and_the_job_restarts_from_its_checkpoint(
+    master: ThreadedFakeMaster, tmp_path: Path
+) -> None:
+    """``--max-restarts 1`` on Mesos: worker 1's task is LOST mid-run (its agent went away); the
+    cluster restarts as generation 1, the framework places the task again on a new offer as
+    the slot's next attempt, the survivor rejoins from its own task, and both resume from their
+    checkpoints (issue 25)."""
+    steps = ROOT / "tests" / "e2e" / "restart_work" / "steps.py"
+    for name in ("hold", "never"):
+        os.mkfifo(tmp_path / name)
+    env = dict(os.environ, MESOS_MASTER=master.master.address, TFCOORD_TASK_PYTHON=sys.executable)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tfcoord",
+            "submit",
+            "--engine",
+            "mesos",
+            "--advertise-host",
+            "127.0.0.1",
+            "--job",
+            "worker:2:cpus=0.5,mem=256",
+            "--max-restarts",
+            "1",
+            "--restart-backoff",
+            "0.2",
+            "--json",
+            "--",
+            sys.executable,
+            str(steps),
+            str(tmp_path),
+            "--hold-at",
+            "5",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    with proc:
+        with open(tmp_path / "hold") as fifo:  # worker 1 holds at step 5 of generation 0
+            fifo.read()
+        [lost] = [tid for tid in master.master.tasks if tid.endswith(".1.0")]
+        master.call(master.master.fail_task(lost, "TASK_LOST", "agent went away"))
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-4000:]
+    status = json.loads(stdout)
+    assert status["state"] == "SUCCEEDED" and status["generation"] == 1
+    [restart] = status["restarts"]
+    assert (
+        restart["lost"] is True and f"mesos task {lost} ended TASK_LOST: agent went away" in restart["cause"]
+    )
+    nodes = {n["index"]: n for n in status["nodes"]}
+    assert nodes[1]["task_id"].endswith(".1.1") and nodes[0]["task_id"].endswith(".0.0")
+    assert (tmp_path / "ckpt-worker-1").read_text() == "10"
+    wait(master, lambda: all_ended(master))

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tfcoord.client import messages as m
-from tfcoord.client.errors import LocalProtocolError
 from tfcoord.client.vocab import ErrorCode, FailureReason, JobState, NodeState, RestartOn
 from tfcoord.coordinator import state as s
 
@@ -264,7 +261,43 @@ def test_a_replayed_journal_restarts_the_same_way() -> None:
     assert b.node(0) is not None and b.node(0).generation == 1  # type: ignore[union-attr]
 
 
-def test_a_mesos_job_refuses_restarts_it_could_not_honour() -> None:
-    with pytest.raises(LocalProtocolError, match="max_restarts is not available for engine 'mesos' yet"):
-        m.JobSpec(roles=(("worker", 1),), engine="mesos", max_restarts=1)
-    assert m.JobSpec(roles=(("worker", 1),), engine="mesos", deadline_s=60.0).deadline_s == 60.0
+def _task_ended(eid: int, task_id: str, now: float) -> s.EngineTaskUpdate:
+    return s.EngineTaskUpdate(
+        now=now,
+        job="j",
+        executor_id=eid,
+        task_id=task_id,
+        state="TASK_LOST",
+        message="agent gone",
+        ended=True,
+    )
+
+
+def test_an_engine_task_ended_under_its_node_restarts_as_lost_and_its_late_word_is_ignored() -> None:
+    """A Mesos task that ends under a live node (TASK_LOST, its agent gone) counts as a lost node
+    for the restart policy; the end of a task of the older generation, heard once the slot is
+    being filled again, changes nothing."""
+    sm = Machine()
+    spec = m.JobSpec(roles=(("worker", 2),), max_restarts=1, engine="mesos")
+    sm.run(submit("j", spec))
+    for eid in range(2):
+        conn = node_conn(eid)
+        w = waiter(conn)
+        req = m.Register(
+            id=w[1],
+            job="j",
+            executor_id=eid,
+            attempt=0,
+            host=f"h{eid}",
+            port=2000 + eid,
+            task_id=f"t.{eid}.0",
+        )
+        sm.run(s.RegisterNode(now=T0, req=req, conn=conn, waiter=w))
+    sm.run(report(0, NodeState.RUNNING), report(1, NodeState.RUNNING))
+    sm(_task_ended(1, "t.1.0", T0 + 5))
+    job = sm.job()
+    assert (job.state, job.generation) == (JobState.RESERVING, 1)
+    assert job.restarts[0]["lost"] is True and "TASK_LOST" in job.restarts[0]["cause"]
+    version = job.version
+    assert sm(_task_ended(1, "t.1.0", T0 + 6)) == []  # the same end, heard again: nothing
+    assert (sm.job().state, sm.job().version) == (JobState.RESERVING, version)

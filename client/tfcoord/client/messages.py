@@ -512,13 +512,6 @@ class JobSpec:
         for r in self.tolerate_failure:
             if r not in ROLE_ORDER and r not in seen:
                 raise ValueError(f"tolerate_failure names unknown role {r!r}")
-        if self.max_restarts and self.engine in COORDINATOR_ENGINES:
-            # The coordinator's framework does not relaunch a task for a new generation yet: a
-            # task that ends fails the job. Refused rather than taken and not honoured.
-            raise ValueError(
-                f"max_restarts is not available for engine {self.engine!r} yet (a task that ends "
-                "fails the job); use the local or Spark engine for jobs that restart, or max_restarts=0"
-            )
         if self.launch is not None:
             if not isinstance(self.launch, LaunchSpec):
                 raise ValueError("launch must be a LaunchSpec")

@@ -158,22 +158,10 @@ class WireField:
     form: str | None
     #: Left off the wire when None (a field a form of the answer does not carry).
     omit_none: bool
-    #: Left off the wire when it is its default (a field only some answers need to carry);
-    #: then ``default`` is that value.
-    omit_default: bool = False
-    default: Any = None
-    #: Left off the wire whenever the field of this name is (two fields that go together).
-    omit_with: str | None = None
 
 
-def _wire_meta(
-    *,
-    form: str | None = None,
-    omit_none: bool = False,
-    omit_default: bool = False,
-    omit_with: str | None = None,
-) -> dict[str, Any]:
-    return {"form": form, "omit_none": omit_none, "omit_default": omit_default, "omit_with": omit_with}
+def _wire_meta(*, form: str | None = None, omit_none: bool = False) -> dict[str, Any]:
+    return {"form": form, "omit_none": omit_none}
 
 
 # -- the base ------------------------------------------------------------------------------
@@ -200,9 +188,6 @@ class Answer(Mapping[str, Any]):
                     f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
                     f.metadata.get("form"),
                     bool(f.metadata.get("omit_none")),
-                    bool(f.metadata.get("omit_default")),
-                    None if f.default is dataclasses.MISSING else f.default,
-                    f.metadata.get("omit_with"),
                 )
                 for f in dataclasses.fields(cls)
             )
@@ -222,11 +207,7 @@ class Answer(Mapping[str, Any]):
             if f.form is not None and f.form != form:
                 continue
             v = getattr(self, f.name)
-            if (
-                (v is None and f.omit_none)
-                or (f.omit_default and v == f.default)
-                or (f.omit_with is not None and f.omit_with not in out)
-            ):
+            if v is None and f.omit_none:
                 continue
             out[f.name] = f.codec.encode(v)
         return out
@@ -325,16 +306,16 @@ class NodeStatus(Answer):
     #: Its error text (a traceback), or why it was lost or stopped.
     error: str
     connected: bool
-    #: The cluster generation it belongs to (one more each time the job restarted).
-    generation: int = 0
-    #: How its work ended, as it reported (negative: the signal that ended it).
-    exit_code: int = 0
     #: The latest progress figures its work reported (``ctx.report``); None for an earlier
     #: attempt of its slot (``history``), and from a coordinator that does not keep them.
     figures: Mapping[str, int | float] | None = field(default=None, metadata=_wire_meta(omit_none=True))
     #: What its supervisor last measured of its work while it ran: ``cpu_percent`` (100 is
     #: one core), ``rss_bytes``, ``processes``; empty before the first and once it ended.
     usage: Mapping[str, int | float] | None = field(default=None, metadata=_wire_meta(omit_none=True))
+    #: The cluster generation it belongs to (one more each time the job restarted).
+    generation: int = 0
+    #: How its work ended, as it reported (negative: the signal that ended it).
+    exit_code: int = 0
 
     @property
     def name(self) -> str:
@@ -542,8 +523,8 @@ class StopAnswer(Answer):
     job_state: JobState
     #: Told to stop because the job restarted its cluster: the generation to rejoin (-1: no
     #: restart, a plain stop), after ``backoff_s``.
-    restart: int = field(default=-1, metadata=_wire_meta(omit_default=True))
-    backoff_s: float = field(default=0.0, metadata=_wire_meta(omit_with="restart"))
+    restart: int = -1
+    backoff_s: float = 0.0
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

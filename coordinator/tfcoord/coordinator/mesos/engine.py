@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tfcoord.client import auth
+from tfcoord.client.vocab import JobState
 
 from .. import state as s
 from ..nodearchive import node_archive
@@ -106,6 +107,7 @@ STARTED_STATES = frozenset({"TASK_STARTING", "TASK_RUNNING", "TASK_KILLING"})
 _NEVER_RAN_STATES = frozenset({"TASK_LOST", "TASK_DROPPED", "TASK_GONE", "TASK_UNKNOWN"})
 _NEVER_RAN_REASONS = frozenset({"REASON_INVALID_OFFERS", "REASON_RECONCILIATION"})
 _TERMINAL_JOB = frozenset(st.value for st in s.TERMINAL_JOB)
+_RESERVING = JobState.RESERVING.value
 
 
 @dataclass
@@ -169,6 +171,8 @@ class _Job:
     ended: bool = False
     kill_timer: asyncio.TimerHandle | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    #: The cluster generation whose tasks were placed (a restart places ended ones again).
+    generation: int = 0
 
 
 class MesosEngine:
@@ -268,6 +272,10 @@ class MesosEngine:
                 and eff.job in self._jobs
             ):
                 loop.call_soon(self._job_ended, eff.job)
+            elif (
+                isinstance(eff, s.Log) and not eff.node and eff.state == _RESERVING and eff.job in self._jobs
+            ):
+                loop.call_soon(self._restart_job, eff.job)
 
     def on_commit(self, seconds: float) -> None:
         pass
@@ -324,6 +332,30 @@ class MesosEngine:
             " (recovered)" if recovered else "",
         )
         if any(not t.task_id for t in tasks):
+            self._revive()
+
+    def _restart_job(self, job_id: str) -> None:
+        """The job restarted its cluster as a new generation: place again, as the slot's next
+        attempt, every task that ended (the lost one); the others' nodes rejoin from where they
+        run."""
+        job, held = self._jobs.get(job_id), self.server.state.jobs.get(job_id)
+        if job is None or job.ended or held is None or held.generation <= job.generation:
+            return
+        job.generation = held.generation
+        again = [t for t in job.tasks if t.task_id and not t.live and t not in self._pending]
+        for t in again:
+            self._tasks.pop(t.task_id, None)  # a late word about the old task finds nothing
+            t.state, t.started, t.placements, t.note = "PENDING", False, 0, ""
+            self._pending.append(t)
+        if again:
+            self.counters["relaunches"] += len(again)
+            log.info(
+                "job %s: generation %d: placing %d ended task(s) again: %s",
+                job_id,
+                job.generation,
+                len(again),
+                ", ".join(f"{t.role}:{t.index}" for t in again),
+            )
             self._revive()
 
     def _job_ended(self, job_id: str) -> None:

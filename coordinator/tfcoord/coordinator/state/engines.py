@@ -34,6 +34,8 @@ class Engines:
         node = slot.node
         if node is not None and node.task_id != ev.task_id:
             return  # about a task this slot no longer runs
+        if node is None and ev.ended and any(h.task_id == ev.task_id for h in slot.history):
+            return  # the end of a task of an earlier generation, whose slot is being filled again
         self.ledger.journal(ev)
         slot.task = EngineTask(ev.task_id, ev.state, ev.message)
         self.ledger.note(job, ev.now, f"{slot.role}:{slot.index} {slot.task.describe(job.spec.engine)}")
@@ -61,7 +63,9 @@ class Engines:
                 self.lifecycle.maybe_stopped(job, ev.now)
             else:
                 self.ledger.set_node(job, node, NodeState.FAILED, ev.now, what)
-                self.lifecycle.node_down(job, node, ev.now, f"{node.describe()} failed: {what}")
+                # Its task ended under it (lost, killed, its agent gone): for the job's restart
+                # policy the node was lost, whatever the task's last word.
+                self.lifecycle.node_down(job, node, ev.now, f"{node.describe()} failed: {what}", lost=True)
             self.waits.wake_stops(job)
 
     @handles(EngineJobFailed)

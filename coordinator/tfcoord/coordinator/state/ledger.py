@@ -10,8 +10,9 @@ liveness deadline.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tfcoord.client import messages as m
-from tfcoord.client.replies import Answer
 from tfcoord.client.vocab import TERMINAL_NODE, ErrorCode, FailureReason, JobState, NodeState
 
 from .events import Effect, Event, Journal, Log, Send, Viewer, Waiter
@@ -66,10 +67,9 @@ class Ledger:
         if waiter is not None:
             self.effects.append(Send(waiter[0], msg))
 
-    def reply(self, waiter: Waiter | None, answer: Answer) -> None:
-        """Answer ``waiter`` with ``answer`` (encoded once, however many it answers)."""
+    def reply(self, waiter: Waiter | None, **result: Any) -> None:
         if waiter is not None:
-            self.send(waiter, m.Reply(id=waiter[1], result=answer.wire))
+            self.send(waiter, m.Reply(id=waiter[1], result=result))
 
     def error(self, waiter: Waiter | None, code: ErrorCode, message: str) -> None:
         if waiter is not None:
