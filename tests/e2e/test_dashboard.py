@@ -335,3 +335,35 @@ def test_the_dashboard_monitors_a_real_two_node_job_and_an_admin_stops_it(browse
             admin.close()
     [final] = background.results(timeout_s=90)
     assert final.state == "STOPPED"
+
+
+def test_the_dashboard_shows_a_restarted_jobs_generation_and_each_cause(browser, served):
+    """A node killed by a signal in a job with ``max_restarts``: the job's page says which
+    generation runs and what caused the restart."""
+    expect = playwright_api.expect
+    coord, base = served
+    with DriverClient(coord.address, coord.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(2), name="restarting", max_restarts=1))
+        nodes = [NodeClient(coord.address, d.job_token(job), job, i).connect() for i in range(2)]
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            for i, n in enumerate(nodes):
+                n.register("127.0.0.1", 7200 + i)
+            for n in nodes:
+                n.await_cluster(10)
+                n.report("RUNNING")
+            page.goto(f"{base}/?token={TOKEN.decode()}#job={job}")
+            expect(page.locator("#restarts")).to_have_text(
+                "generation 0 · restarts 0/1", timeout=UPDATE_WAIT_MS
+            )
+            nodes[1].report("FAILED", error="Killed", exit_code=-9)
+            expect(page.locator("#restarts")).to_have_text(
+                "generation 1 · restarts 1/1", timeout=UPDATE_WAIT_MS
+            )
+            expect(page.locator("#restart-causes")).to_contain_text(
+                "restart to generation 1: worker:1 (executor 1, host 127.0.0.1) was killed by SIGKILL"
+            )
+        finally:
+            page.close()
+            for n in nodes:
+                n.close()
