@@ -42,11 +42,14 @@ from .errors import (
 )
 from .protocol import CLOSED, NEED_DATA, Connection, decode_spec
 from .replies import (
+    Ack,
+    Finished,
     JobFailed,
     JobList,
     JobStatus,
     JobStopped,
     JobSummary,
+    Logs,
     Registration,
     Reported,
     StopAnswer,
@@ -609,13 +612,10 @@ class DriverClient(Client):
         """The output of a job's nodes from line ``since`` on (see ``GetLogs``): ``lines`` as
         ``[seq, time, executor_id, stream, text]``, ``nodes`` with their ``dropped`` counts,
         ``next`` for the following call."""
-        return dict(
-            _result(
-                self.request(
-                    lambda i: m.GetLogs(id=i, job=job, executor_id=executor_id, since=since, limit=limit)
-                )
-            )
+        reply = self.request(
+            lambda i: m.GetLogs(id=i, job=job, executor_id=executor_id, since=since, limit=limit)
         )
+        return dict(Logs.decode(_result(reply)).wire)
 
     def jobs(self) -> tuple[JobSummary, ...]:
         """Every job this client may see."""
@@ -685,7 +685,7 @@ class DriverClient(Client):
         and evaluator nodes get ``serving_grace_s`` to end on their own before they are told
         to stop (a stop from then on ends the job SUCCEEDED). Returns the job's state."""
         reply = self.request(lambda i: m.Finish(id=i, job=job, serving_grace_s=float(serving_grace_s)))
-        return JobState(_result(reply)["state"])
+        return Finished.decode(_result(reply)).state
 
 
 def check_outcome(status: JobStatus) -> None:
@@ -858,18 +858,20 @@ class NodeClient(Client):
 
     def send_logs(self, stream: str, lines: Sequence[str], dropped: int = 0) -> None:
         """Send lines of the work's output (escaped, each at most ``MAX_LOG_LINE`` long)."""
-        self.request(
+        reply = self.request(
             lambda i: m.NodeLogs(id=i, stream=stream, lines=tuple(lines), dropped=dropped, **self._ids())
         )
+        Ack.decode(_result(reply))
 
     def progress(
         self, figures: Mapping[str, int | float], usage: Mapping[str, int | float] | None = None
     ) -> None:
         """Send what the node's work reported (step, loss, ...) and what its supervisor
         measured of it (``usage``: CPU, memory); see ``tfcoord.node.reporting``."""
-        self.request(
+        reply = self.request(
             lambda i: m.Progress(id=i, figures=dict(figures), usage=dict(usage or {}), **self._ids())
         )
+        Ack.decode(_result(reply))
 
     def heartbeat(self, meta: Mapping[str, Any] | None = None) -> StopAnswer:
         """One heartbeat (optionally updating the node's metadata); says whether to stop."""
