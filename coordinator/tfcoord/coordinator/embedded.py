@@ -14,9 +14,10 @@ import logging
 import os
 import ssl
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tfcoord.client import auth, connfile, tls
 
@@ -33,8 +34,10 @@ from .service import CoordinatorService, EngineFactory, HttpConfig, ServiceConfi
 
 if TYPE_CHECKING:
     from .mesos.config import MesosConfig
+    from .mesos.engine import FrameworkView
 
 log = logging.getLogger("tfcoord.coordinator")
+_T = TypeVar("_T")
 
 #: Starting the loop and binding a socket takes milliseconds; this only guards a hang.
 START_TIMEOUT_S = 30.0
@@ -224,10 +227,10 @@ class EmbeddedCoordinator:
         except connfile.ConnectionFileError as e:
             log.warning("no connection file (tfcoord stop needs --address and credentials): %s", e)
 
-    def call(self, fn, *args):
+    def call(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Run ``fn(*args)`` on the coordinator's loop and return its result (for inspection)."""
         assert self._loop is not None
-        fut: Future = Future()
+        fut: Future[_T] = Future()
 
         def go() -> None:
             try:
@@ -237,6 +240,22 @@ class EmbeddedCoordinator:
 
         self._loop.call_soon_threadsafe(go)
         return fut.result(timeout=START_TIMEOUT_S)
+
+    def mesos_view(self, job: str) -> FrameworkView | None:
+        """The Mesos framework as ``job``'s driver may see it (framework id, leading master,
+        the job's tasks); None when no Mesos framework runs here (never configured, or shut down)."""
+        from .mesos.engine import MesosEngine
+
+        def view() -> FrameworkView | None:
+            for engine in self.service.engines:
+                running: object = engine  # the Engine protocol does not say which engine it is
+                if isinstance(running, MesosEngine):
+                    return running.view(job)
+            return None
+
+        if self._loop is None or self._loop.is_closed() or not self.service.running:
+            return None
+        return self.call(view)
 
     def start_http(
         self,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 import time
 from collections import deque
@@ -126,6 +127,10 @@ class ServerConfig:
     admin_secret: bytes | None = None
     host: str = "127.0.0.1"
     port: int = 0
+    #: A socket already bound (and possibly listening) to serve on instead of binding
+    #: ``host``/``port``: for a caller that must hold its port from the moment it picked it
+    #: (TensorFlowOnSpark's ``reservation.Server`` takes the first free port of a range).
+    sock: socket.socket | None = None
     #: Authenticated connections (nodes, drivers, admins).
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     #: Connections still in their handshake, in all and per source address.
@@ -751,19 +756,23 @@ class CoordinatorServer:
         return n
 
     async def start(self) -> tuple[str, int]:
-        """Bind and listen; returns the bound (host, port). Port 0 picks a free one."""
+        """Bind and listen (or listen on ``config.sock``); returns the bound (host, port). Port 0
+        picks a free one."""
         loop = asyncio.get_running_loop()
         if not isinstance(loop.get_exception_handler(), _AcceptErrorLog):
             self._accept_errors = _AcceptErrorLog(loop)
             loop.set_exception_handler(self._accept_errors)
-        self._server = await loop.create_server(
-            self._new_peer,
-            self.config.host,
-            self.config.port,
-            # No ssl= here: each peer starts TLS itself once it is counted (_Peer.connection_made).
-            reuse_address=True,
-            backlog=4096,
-        )
+        if self.config.sock is not None:
+            self._server = await loop.create_server(self._new_peer, sock=self.config.sock, backlog=4096)
+        else:
+            self._server = await loop.create_server(
+                self._new_peer,
+                self.config.host,
+                self.config.port,
+                # No ssl= here: each peer starts TLS itself once it is counted (_Peer.connection_made).
+                reuse_address=True,
+                backlog=4096,
+            )
         sockname = self._server.sockets[0].getsockname()
         self._arm_timer()
         return sockname[0], sockname[1]

@@ -25,10 +25,12 @@ Stopping comes in three strengths:
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +135,10 @@ class FeedServer:
         self._failed = ""  # map_fun's traceback, once it failed
         self._closed = threading.Event()
         self.terminated = False
+        #: Partitions fed from inside this process (``open_local``), and the results
+        #: ``batch_results`` sent back for their records, by the queue they went to.
+        self._local: set[int] = set()
+        self._local_results: dict[str, deque[Any]] = {}
 
     def start(self) -> FeedServer:
         for target, name in (
@@ -218,6 +224,10 @@ class FeedServer:
         for pid, k in segments:
             chunk, i = results[i : i + k], i + k
             with self._cond:
+                if pid in self._local:  # fed from this process: its readers get_local() them
+                    self._local_results.setdefault(qname_out, deque()).extend(chunk)
+                    self._cond.notify_all()
+                    continue
                 conn = self._conns.get(pid)
                 if conn is None or conn.train:
                     continue
@@ -225,6 +235,81 @@ class FeedServer:
                 self._progress_at[conn.qname] = time.monotonic()
             for frame in _result_frames(chunk):
                 conn.send(frame)
+
+    # -- producers and readers inside this process (TensorFlowOnSpark's TFManager queues) --
+
+    def open_local(self, qname: str) -> int:
+        """Open a partition fed from inside this process: no connection and no credit window,
+        the producer is the consumer's own process (a ``TFManager`` queue's ``put``). Returns its
+        id for :meth:`put_local` and :meth:`end_local`.
+
+        Raises:
+            ValueError: ``qname`` is not one of the declared queues.
+        """
+        self.check_queue(qname, "qname")
+        with self._cond:
+            pid, self._next_pid = self._next_pid, self._next_pid + 1
+            self._local.add(pid)
+            self.queue(qname).open(pid)
+            self._progress_at.setdefault(qname, time.monotonic())
+        return pid
+
+    def put_local(self, pid: int, records: Sequence[Any]) -> None:
+        """Queue ``records`` of a local partition; dropped once the feed was stopped, as a feeder's."""
+        with self._cond:
+            q = next((q for q in self._queues.values() if pid in q), None)
+            if q is None or self._stopped:
+                return
+            if not q.buffered:  # the consumer's clock starts when data waits for it
+                self._progress_at[q.name] = time.monotonic()
+            q.put(pid, records)
+            self._cond.notify_all()
+
+    def end_local(self, pid: int) -> None:
+        """End a local partition (TensorFlowOnSpark's ``EndPartition`` marker)."""
+        with self._cond:
+            for q in self._queues.values():
+                if pid in q:
+                    q.end(pid)
+            self._cond.notify_all()
+
+    def end_queue(self, qname: str) -> None:
+        """End the feed of one queue once what is queued is taken (TensorFlowOnSpark's ``None``)."""
+        with self._cond:
+            self.queue(qname).set_eof()
+            self._cond.notify_all()
+
+    def local_size(self, qname: str) -> int:
+        """Items :meth:`get_local` has for ``qname`` now."""
+        with self._cond:
+            q = self._queues.get(qname)
+            return len(self._local_results.get(qname, ())) + (q.buffered if q is not None else 0)
+
+    def get_local(self, qname: str, timeout_s: float | None = None) -> Any:
+        """The next item of queue ``qname`` for a reader in this process: a result that
+        ``batch_results`` sent back for locally fed records (inference's ``output``), else a record
+        waiting in the queue; None once the queue's feed ended with nothing left.
+
+        Raises:
+            queue.Empty: nothing came within ``timeout_s``.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                results = self._local_results.get(qname)
+                if results:
+                    return results.popleft()
+                q = self._queues.get(qname)
+                if q is not None and q.buffered:
+                    break
+                if q is not None and q.eof and not q.partitions:
+                    return None
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise queue.Empty
+                self._cond.wait(WAIT_SLICE_S if left is None else min(left, WAIT_SLICE_S))
+        records, _, _ = self.take(qname, 1, partition_bound=False)
+        return records[0] if records else None
 
     def stop(self, reason: str, *, drop: bool = False) -> None:
         """Take no more data: feeders are told to stop; queued records stay unless ``drop``."""

@@ -175,6 +175,18 @@ class _Job:
     generation: int = 0
 
 
+@dataclass(frozen=True)
+class FrameworkView:
+    """A snapshot of the Mesos framework as one job's driver sees it (``EmbeddedCoordinator.mesos_view``)."""
+
+    #: The framework's id once subscribed, else None.
+    framework_id: str | None
+    #: The base URL of the leading master while subscribed, else None.
+    leader: str | None
+    #: (role, index) → the slot's current Mesos task: ``task_id``, ``state``, ``agent_id``.
+    tasks: dict[tuple[str, int], dict[str, str]]
+
+
 class MesosEngine:
     """Runs the coordinator's Mesos jobs. ``await start()`` subscribes; ``await close()`` ends.
 
@@ -757,6 +769,10 @@ class MesosEngine:
         return node is None or node.task_id != t.task_id  # a node that registered from it did run
 
     # -- for drivers and benchmarks -----------------------------------------------------
+
+    def view(self, job_id: str) -> FrameworkView:
+        """What a driver may show of the framework and one job's tasks, as a snapshot."""
+        return FrameworkView(self.client.framework_id, self.client.leader, self.task_states(job_id))
 
     def task_states(self, job_id: str) -> dict[tuple[str, int], dict[str, str]]:
         """(role, index) → the slot's current Mesos task: ``task_id``, ``state``, ``agent_id``
