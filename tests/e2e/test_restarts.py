@@ -102,33 +102,24 @@ def test_without_restarts_left_the_kill_fails_the_job_naming_the_cause(tmp_path:
     assert "killed by signal 9" in status["error"]
 
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fault_tolerance" / "keras_fit.py"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "fault_tolerance"
 EPOCH_LINE = re.compile(r"^\[worker:1\] worker:1 pid (\d+) generation 0: epoch 2/6 done")
 
 
 @pytest.mark.timeout(600)
-def test_keras_fit_under_mwms_survives_a_killed_worker_and_trains_the_same_epochs(tmp_path: Path) -> None:
-    """The fault-tolerance example, for real: two TensorFlow workers in MultiWorkerMirroredStrategy,
-    worker 1 SIGKILLed after its second epoch; the cluster restarts, BackupAndRestore resumes
-    ``fit`` and both workers end with 6 epochs x 8 steps, as an undisturbed run does."""
+@pytest.mark.parametrize(
+    ("example", "state_flag"), [("keras_fit.py", "--backup-dir"), ("custom_loop.py", "--checkpoint-dir")]
+)
+def test_mwms_training_survives_a_killed_worker_and_trains_the_same_epochs(
+    tmp_path: Path, example: str, state_flag: str
+) -> None:
+    """The fault-tolerance examples, for real: two TensorFlow workers in MultiWorkerMirroredStrategy
+    (Keras ``fit`` with BackupAndRestore; a custom loop with a CheckpointManager), worker 1
+    SIGKILLed after its second epoch; the cluster restarts, training resumes, and both workers
+    end with 6 epochs x 8 steps, as an undisturbed run does."""
+    command = [sys.executable, str(EXAMPLES / example), state_flag, str(tmp_path / "state"), "--epochs", "6"]
     proc = subprocess.Popen(
-        [
-            *TFCOORD,
-            "submit",
-            "--engine",
-            "local",
-            "--workers",
-            "2",
-            "--max-restarts",
-            "1",
-            "--",
-            sys.executable,
-            str(EXAMPLE),
-            "--backup-dir",
-            str(tmp_path / "backup"),
-            "--epochs",
-            "6",
-        ],
+        [*TFCOORD, "submit", "--engine", "local", "--workers", "2", "--max-restarts", "1", "--", *command],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -148,6 +139,6 @@ def test_keras_fit_under_mwms_survives_a_killed_worker_and_trains_the_same_epoch
     assert "restart 1/1: worker:1 (executor 1, host 127.0.0.1) was killed by SIGKILL" in out
     for worker in ("worker:0", "worker:1"):
         assert f"[{worker}] {worker} generation 1: trained 48 steps in all (6 epochs x 8)" in out
-    # Generation 1 resumed where the backup was (epoch 2 or 3, depending on when worker 0 stopped),
-    # not from the start.
+    # Generation 1 resumed where the last save was (epoch 2 or 3, depending on when worker 0
+    # stopped), not from the start.
     assert not re.search(r"generation 1: epoch 1/6 done", out)
