@@ -1,14 +1,17 @@
-"""TensorFlowOnSpark's TFNode helpers used as its own unit tests use them: a real local TFManager."""
+"""TensorFlowOnSpark's TFNode helpers used as its own unit tests use them: a real TFManager (a feed server)."""
 
 from __future__ import annotations
 
 import getpass
 import os
+import pickle
+import threading
 from types import SimpleNamespace
 
 import pytest
 
-from tfcoord.compat.tensorflowonspark import TFManager, TFNode, marker
+from tfcoord.compat.tensorflowonspark import TFManager, TFNode, marker, util
+from tfcoord.node.feedwire import FeedError
 
 
 def test_a_datafeed_over_a_local_manager_reads_until_the_end_marker() -> None:
@@ -56,16 +59,52 @@ def test_results_go_to_the_queue_named_qname_out_and_an_unknown_name_is_refused(
         assert [out.get(), out.get()] == [10, 20]
         with pytest.raises(ValueError, match=r"unknown queue 'output'.*TFManager.start"):
             TFNode.DataFeed(mgr, train_mode=False).batch_results([1])
+        assert mgr.get_queue("output") is None  # TensorFlowOnSpark's answer for a name it does not serve
     finally:
         mgr.shutdown()
 
 
-def test_a_remote_manager_is_reachable_with_connect() -> None:
-    mgr = TFManager.start(b"key", ["control"], "remote")
+def test_a_remote_manager_listens_on_this_hosts_address_with_tls_and_a_random_key() -> None:
+    mgr = TFManager.start(None, ["input"], "remote")
     try:
-        other = TFManager.connect(mgr.address, b"key")
-        other.set("state", "running")
-        assert str(mgr.get("state")) == "'running'"
+        host, _ = mgr.address
+        assert host == util.get_ip_address() and len(mgr.authkey) == TFManager.AUTHKEY_BYTES
+        assert mgr.address.pin  # feeders pin its certificate
+        with pytest.raises(FeedError, match="refused the feed"):
+            TFManager.connect(mgr.address, b"wrong key").get_queue("input").put(None)
+        other = TFManager.connect(pickle.loads(pickle.dumps(mgr.address)), mgr.authkey)
+        q = other.get_queue("input")
+
+        def produce() -> None:  # another process's feeder: a partition goes when it ends,
+            for item in (1, 2, marker.EndPartition()):  # and put returns once it was taken
+                q.put(item)
+            other.set("state", "stopped")  # TensorFlowOnSpark's shutdown
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        feed = TFNode.DataFeed(mgr)
+        assert feed.next_batch(10) == [1, 2] and feed.should_stop()
+        producer.join(30)
+        assert not producer.is_alive()
+        with pytest.raises(ValueError, match="sets only 'state'"):
+            other.set("x", 1)
+    finally:
+        mgr.shutdown()
+
+
+def test_terminate_shows_in_the_managers_state_and_drops_what_is_queued() -> None:
+    mgr = TFManager.start(b"key", ["input"])
+    try:
+        assert mgr.get("state") == "running"
+        q = mgr.get_queue("input")
+        for i in range(5):
+            q.put(i)
+        feed = TFNode.DataFeed(mgr)
+        assert feed.next_batch(1) == [0]
+        feed.terminate()
+        assert mgr.get("state") == "terminating" and feed.should_stop()
+        mgr.set("user", {"a": 1})
+        assert mgr.get("user") == {"a": 1}
     finally:
         mgr.shutdown()
 

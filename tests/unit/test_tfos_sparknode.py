@@ -1,4 +1,5 @@
-"""TensorFlowOnSpark's ``TFSparkNode.run`` on its reservation server: real processes, sockets, managers."""
+"""TensorFlowOnSpark's ``TFSparkNode.run`` over tfcoord's node runtime and its reservation server:
+real processes, sockets, feeds."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from tfcoord.client.vocab import JobState
 from tfcoord.compat.tensorflowonspark import TFNode, TFSparkNode, gpu_info
-from tfcoord.compat.tensorflowonspark.reservation import Server
+from tfcoord.compat.tensorflowonspark.reservation import Server, reservations
+from tfcoord.node.executor import NodeFailed
 
 
 def _fn(args: Any, ctx: Any) -> None:
@@ -84,18 +87,23 @@ def test_gpus_asked_for_on_a_host_without_any_fail_the_node_with_the_reason() ->
     server.stop()
 
 
+def _record_cuda(args: Any, ctx: Any) -> None:
+    with open(args.out, "w") as f:
+        f.write(os.environ["CUDA_VISIBLE_DEVICES"])
+
+
 def test_on_kubernetes_without_spark_gpu_resources_a_node_runs_on_the_cpu(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     monkeypatch.setenv("SPARK_EXECUTOR_POD_IP", "10.0.0.7")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     server = Server(1)
     meta = {"cluster_template": {"worker": [0]}, "server_addr": server.start()}
-    seen = []
-    TFSparkNode.run(
-        lambda a, c: seen.append(os.environ["CUDA_VISIBLE_DEVICES"]), [], meta, False, None, ["input"], False
-    )(iter([0]))
-    assert seen == [""]
+    out = tmp_path / "cuda"
+    args = argparse.Namespace(out=str(out))
+    TFSparkNode.run(_record_cuda, args, meta, False, None, ["input"], False)(iter([0]))
+    # map_fun's process, and the task's own (TensorFlowOnSpark sets it there)
+    assert out.read_text() == "" and os.environ["CUDA_VISIBLE_DEVICES"] == ""
     server.stop()
     with pytest.raises(
         RuntimeError, match=r"Spark assigned this task none; on Kubernetes set spark\.executor\.resource"
@@ -111,6 +119,25 @@ def test_background_and_unknown_executors_are_refused_with_what_to_use() -> None
     )
     with pytest.raises(ValueError, match=r"executor 3 has no place in cluster_template \{'worker': \[0\]\}"):
         node([3])
+    with pytest.raises(ValueError, match=r"must be what reservation.Server.start\(\) returned"):
+        node([0])
+
+
+def _fail(args: Any, ctx: Any) -> None:
+    raise ValueError(f"boom in map_fun of {ctx.job_name}:{ctx.task_index}")
+
+
+def test_a_failing_map_fun_fails_the_task_with_its_traceback_and_the_job_shows_the_node() -> None:
+    server = Server(1)
+    meta = {"cluster_template": {"chief": [0]}, "server_addr": server.start()}
+    with pytest.raises(NodeFailed, match=r"(?s)chief:0 \(executor 0\) failed:.*boom in map_fun of chief:0"):
+        TFSparkNode.run(_fail, [], meta, False, None, [], False)([0])
+    status = server.status()
+    assert status is not None and status.state == JobState.FAILED
+    [entry] = reservations(status)
+    assert (entry["executor_id"], entry["job_name"], entry["task_index"]) == (0, "chief", 0)
+    assert entry["port"] == status.nodes[0].port > 0
+    server.stop()
 
 
 def test_the_cluster_spec_orders_each_role_by_task_index() -> None:

@@ -39,6 +39,8 @@ WORDS: dict[str, str] = {
 #: Words that appear as something else: (file, word) -> what it is there.
 NOT_VOCABULARY = {
     ("tfcoord/cli.py", "SUBMITTED"): "the column of tfcoord status saying when a job was submitted",
+    ("tfcoord/compat/tensorflowonspark/TFManager.py", "running"): "TensorFlowOnSpark's manager state",
+    ("tfcoord/compat/tensorflowonspark/TFManager.py", "stopped"): "TensorFlowOnSpark's manager state",
 }
 #: Text from other systems, which give no code to decide on: (file, phrase) -> (how many
 #: lines of the file may test it, whose text it is). Counted, so a new test of the same

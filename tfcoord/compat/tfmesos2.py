@@ -41,10 +41,10 @@ import logging
 import math
 import os
 import queue
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from tfcoord.client import DriverClient
@@ -61,8 +61,11 @@ from tfcoord.coordinator.mesos.config import (
     Volume,
 )
 from tfcoord.coordinator.mesos.errors import MesosConfigError
-from tfcoord.coordinator.mesos.jobs import ENGINE, MesosJob, RoleResources
+from tfcoord.coordinator.mesos.jobs import MesosJob, RoleResources
 from tfcoord.driver import mesos
+
+if TYPE_CHECKING:
+    from tfcoord.coordinator.mesos.engine import FrameworkView
 
 __all__ = ["Cluster", "Job", "Task", "cluster", "plan"]
 
@@ -267,7 +270,8 @@ class Cluster:
     def tasks(self) -> dict[str, Task]:
         """Mesos task id → :class:`Task`, as they are now (tfmesos2's ``tasks``)."""
         status = self.status()
-        mesos_tasks = self._on_engine(lambda e: e.task_states(self.job)) or {}
+        view = self._framework()
+        mesos_tasks = view.tasks if view is not None else {}
         nodes = {(n.role, n.index): n for n in status.nodes}
         out = {}
         for p in self._planned:
@@ -306,21 +310,19 @@ class Cluster:
 
     @property
     def framework_id(self) -> str | None:
-        return self._on_engine(lambda e: e.client.framework_id)
+        view = self._framework()
+        return view.framework_id if view is not None else None
 
     @property
     def master_url(self) -> str:
         """The leading master's base URL (where the framework is subscribed)."""
-        return self._on_engine(lambda e: e.client.leader) or next(iter(self._config.masters), "")
+        view = self._framework()
+        leader = view.leader if view is not None else None
+        return leader or next(iter(self._config.masters), "")
 
-    def _on_engine(self, fn: Callable[[Any], Any]) -> Any:
-        """``fn(the Mesos engine)`` on the coordinator's loop; None once it has stopped."""
-
-        def go() -> Any:
-            engine = self._coord.server.engines.get(ENGINE)
-            return fn(engine) if engine is not None else None
-
-        return self._coord.call(go) if not self._shut else None
+    def _framework(self) -> FrameworkView | None:
+        """The Mesos framework and this job's tasks now; None once it has stopped."""
+        return self._coord.mesos_view(self.job) if not self._shut else None
 
     def get_task_info(self, task_id: str) -> dict[str, Any]:
         """The leading master's ``/tasks`` answer for one task of this framework, as tfmesos2

@@ -19,7 +19,7 @@ from tfcoord.node.datafeed import DataFeed as _NetworkFeed
 from tfcoord.node.datafeed import FeedServer
 from tfcoord.node.savedmodel import export_saved_model as _export
 
-from . import marker
+from . import TFManager
 
 
 def _tf_version() -> str:
@@ -35,8 +35,39 @@ def _tf_version() -> str:
 
 #: The installed TensorFlow's version ("" without one), as TensorFlowOnSpark's TFNode has it.
 TF_VERSION = _tf_version()
-#: How long ``terminate`` keeps draining a TFManager queue that has gone quiet (TensorFlowOnSpark's 5 s).
-DRAIN_QUIET_S = 5.0
+
+
+def _server(mgr: Any) -> Any:
+    """The feed server behind ``mgr``: a node's (``ctx.mgr``), or a TFManager's."""
+    return mgr.server if isinstance(mgr, TFManager.TFManager) else mgr
+
+
+class ManagerFeed(_NetworkFeed):
+    """The feed of a ``TFManager``'s queues, which refuses a queue it does not serve where the
+    queue is used, as TensorFlowOnSpark's does (its ``output`` only in ``batch_results``)."""
+
+    def __init__(
+        self,
+        mgr: TFManager.TFManager,
+        train_mode: bool = True,
+        qname_in: str = "input",
+        qname_out: str = "output",
+        input_mapping: dict[str, str] | None = None,
+    ) -> None:
+        self.manager = mgr
+        self._served(qname_in, "qname_in")
+        super().__init__(mgr.server, train_mode, qname_in, qname_out, input_mapping)
+
+    def _served(self, qname: str, what: str) -> None:
+        if qname not in self.manager.queues:
+            raise ValueError(
+                f"unknown queue {qname!r} ({what}): this manager serves {list(self.manager.queues)}; "
+                "name it in TFManager.start(authkey, queues)"
+            )
+
+    def batch_results(self, results: Any) -> None:
+        self._served(self.qname_out, "qname_out")
+        super().batch_results(results)
 
 
 def DataFeed(
@@ -45,94 +76,13 @@ def DataFeed(
     qname_in: str = "input",
     qname_out: str = "output",
     input_mapping: dict[str, str] | None = None,
-) -> Any:
-    """The feed ``map_fun`` reads: over the network from ``ctx.mgr`` (a tfcoord node), or over the
-    queues of a ``TFManager`` (``TFManager.start``), as TensorFlowOnSpark's DataFeed."""
-    if hasattr(mgr, "get_queue"):
-        return QueueDataFeed(mgr, train_mode, qname_in, qname_out, input_mapping)
+) -> _NetworkFeed:
+    """The feed ``map_fun`` reads: a node's (``ctx.mgr``, fed over the network by
+    ``cluster.train``/``cluster.inference``), or a ``TFManager``'s queues: ``None`` ends the
+    feed, an ``EndPartition`` marker ends a partition (inference batches stop there)."""
+    if isinstance(mgr, TFManager.TFManager):
+        return ManagerFeed(mgr, train_mode, qname_in, qname_out, input_mapping)
     return _NetworkFeed(mgr, train_mode, qname_in, qname_out, input_mapping)
-
-
-class QueueDataFeed:
-    """TensorFlowOnSpark's DataFeed over a TFManager's queues: ``None`` ends the feed, an
-    ``EndPartition`` marker ends a partition (inference batches stop there)."""
-
-    def __init__(
-        self,
-        mgr: Any,
-        train_mode: bool = True,
-        qname_in: str = "input",
-        qname_out: str = "output",
-        input_mapping: dict[str, str] | None = None,
-    ) -> None:
-        self.mgr = mgr
-        self.train_mode = train_mode
-        self.qname_in = qname_in
-        self.qname_out = qname_out
-        self._queues: dict[str, Any] = {}
-        self.done_feeding = False
-        self.input_tensors = (
-            [t for _, t in sorted(input_mapping.items())] if input_mapping is not None else None
-        )
-
-    def _queue(self, name: str) -> Any:
-        queue = self._queues.get(name)
-        if queue is not None:
-            return queue
-        queue = self.mgr.get_queue(name)
-        if str(queue) == "None":  # the manager's answer for a name it does not serve
-            raise ValueError(
-                f"unknown queue {name!r}: this manager serves no such queue; name it in "
-                "TFManager.start(authkey, queues)"
-            )
-        self._queues[name] = queue
-        return queue
-
-    def next_batch(self, batch_size: int) -> Any:
-        """Up to ``batch_size`` items; fewer at the end of the feed (or of a partition, inference)."""
-        queue = self._queue(self.qname_in)
-        tensors: Any = [] if self.input_tensors is None else {t: [] for t in self.input_tensors}
-        count = 0
-        while count < batch_size:
-            item = queue.get(block=True)
-            queue.task_done()
-            if item is None:
-                self.done_feeding = True
-                break
-            if isinstance(item, marker.EndPartition):
-                if not self.train_mode and count > 0:
-                    break
-                continue
-            if self.input_tensors is None:
-                tensors.append(item)
-            else:
-                for i, t in enumerate(self.input_tensors):
-                    tensors[t].append(item[i])
-            count += 1
-        return tensors
-
-    def should_stop(self) -> bool:
-        return self.done_feeding
-
-    def batch_results(self, results: Any) -> None:
-        """Put one result per item of the last batch on the output queue."""
-        queue = self._queue(self.qname_out)
-        for item in results:
-            queue.put(item, block=True)
-
-    def terminate(self) -> None:
-        """Take no more data: mark the manager terminating and drop what is queued."""
-        from queue import Empty
-
-        self.mgr.set("state", "terminating")
-        queue = self._queue(self.qname_in)
-        while True:
-            try:
-                queue.get(block=True, timeout=DRAIN_QUIET_S)
-            except Empty:
-                break
-            queue.task_done()
-        self.done_feeding = True
 
 
 #: The function forms keep one DataFeed per queue of a node's feed, and remember which one
@@ -162,15 +112,14 @@ def release_port(ctx: TFNodeContext) -> None:
     ctx.release_port()
 
 
-def _feed(mgr: Any, qname: str) -> Any:
-    if not isinstance(mgr, FeedServer):
-        return DataFeed(
-            mgr, train_mode=False, qname_in=qname
-        )  # a TFManager's queues, or the "no data feed" error
-    feeds = _feeds.setdefault(mgr, {})
+def _feed(mgr: Any, qname: str) -> _NetworkFeed:
+    server = _server(mgr)
+    if not isinstance(server, FeedServer):
+        return DataFeed(mgr, train_mode=False, qname_in=qname)  # the "no data feed" error
+    feeds = _feeds.setdefault(server, {})
     if qname not in feeds:
         # Never across two partitions, so the same calls serve inference (batch_results).
-        feeds[qname] = _NetworkFeed(mgr, train_mode=False, qname_in=qname)
+        feeds[qname] = DataFeed(mgr, train_mode=False, qname_in=qname)
     return feeds[qname]
 
 
@@ -180,13 +129,15 @@ def next_batch(mgr: Any, batch_size: int, qname: str = "input") -> list[Any]:
     A batch never spans two partitions, so it may be shorter at a partition's end.
     """
     feed = _feed(mgr, qname)
-    _last[mgr] = feed
-    return feed.next_batch(batch_size)
+    _last[feed.server] = feed
+    batch: list[Any] = feed.next_batch(batch_size)
+    return batch
 
 
 def batch_results(mgr: Any, results: Any, qname: str = "output") -> None:
     """One result per record of the last ``next_batch``, in order (``cluster.inference``), on
     queue ``qname``: the feeding tasks read it (``cluster.inference(..., qname_out=...)``)."""
+    mgr = _server(mgr)
     feed = _last.get(mgr) if isinstance(mgr, FeedServer) else None
     if feed is None:
         raise RuntimeError("batch_results() before next_batch(): there is no batch to answer")

@@ -1,125 +1,200 @@
-"""TensorFlowOnSpark's ``reservation`` module: ``Reservations``, ``Server`` and ``Client``.
+"""TensorFlowOnSpark's ``reservation`` module: ``Reservations``, ``Server`` and ``Client``, served
+by tfcoord's coordinator.
 
-tfcoord's own clusters never use this: their driver runs an embedded coordinator, and the
-nodes register there. The module keeps TensorFlowOnSpark's public classes working for the
-programs (and tests) that use them directly:
+tfcoord's own clusters never use this: their driver runs an embedded coordinator and the
+nodes register there. The module keeps TensorFlowOnSpark's public classes for the programs
+(and tests) that use them directly, as a translation onto the same machinery:
 
-* ``Reservations(required)``: a thread-safe list of node metadata that is ``done()`` once
-  ``required`` entries arrived (``primary_keys`` makes ``upsert`` replace an entry).
-* ``Server(count)``: a standalone reservation server for ``count`` nodes. ``start()`` listens
-  on every interface, on ``TFOS_SERVER_PORT`` when set (a port, or ``LOW-HIGH``: the first
-  free one), and returns ``(host, port)`` with host ``TFOS_SERVER_HOST`` or this host's
-  address. It speaks tfcoord's framing (a 4-byte length and one msgpack map, bounded), so
-  nothing received is ever unpickled, where TensorFlowOnSpark's server unpickles whatever
-  reaches its port. Like TensorFlowOnSpark's, it is unauthenticated: anyone who reaches the
-  port may register or stop it, so keep it inside the cluster's network.
-* ``Client(addr)``: ``register``, ``get_reservations``, ``await_reservations``,
-  ``request_stop``, ``close`` against such a server. ``utils/stop_streaming.py HOST PORT``
-  gives it a tfcoord *driver's* address instead: when an embedded coordinator of this user
-  listens on that port on this machine, ``request_stop()`` stops its jobs with the admin
-  credential from the coordinator's connection file (:mod:`tfcoord.client.connfile`,
-  readable only by the user who started the driver); from elsewhere use ``tfcoord stop JOB
-  --address HOST:PORT --admin-secret-file FILE``.
+* ``Server(count)``: ``start()`` starts an embedded coordinator of its own (TLS with an
+  ephemeral certificate, every limit of the coordinator) on this host's address
+  (``TFOS_SERVER_HOST``, else this host's address on its default route; never every
+  interface), on ``TFOS_SERVER_PORT`` when set (a port, or ``LOW-HIGH``: the first free one),
+  and submits one job of ``count`` slots: a reservation is a node registration.
+  ``start()`` returns a :class:`ReservationAddress`: TensorFlowOnSpark's ``(host, port)``
+  tuple, which also carries what a client needs to authenticate (the job, its node token,
+  the job's reading credential and the pinned CA) and survives pickling into a Spark closure.
+* ``Client(addr)``: ``register(meta)`` registers a node of that job (the first free slot,
+  from ``meta['executor_id']`` on) with ``meta`` as its metadata; ``get_reservations()``
+  is every registered node's metadata, ``await_reservations()`` the same once every slot
+  is taken (pushed by the coordinator, never polled); ``request_stop()`` stops the job, and
+  the server with it.
+* ``Reservations(required)``: TensorFlowOnSpark's thread-safe list of metadata, for code
+  that uses the class itself (the server keeps its reservations in the coordinator).
+
+Reading and stopping use the coordinator's admin credential, which here covers exactly one
+job: the coordinator is this server's own and holds nothing else (and an admin never
+submits). Nothing received is ever unpickled: metadata travels as JSON (strings, numbers,
+booleans, None, lists, maps and bytes, at most ``MAX_META_CHARS`` characters).
+
+``utils/stop_streaming.py HOST PORT`` gives ``Client`` a plain ``(host, port)``: when a
+coordinator of this user listens on that host and port on this machine (a tfcoord driver's,
+or a ``Server``'s), ``request_stop()`` stops its jobs with the admin credential from the
+coordinator's connection file (:mod:`tfcoord.client.connfile`, readable only by the user
+who started it); from elsewhere use ``tfcoord stop JOB --address HOST:PORT
+--admin-secret-file FILE``.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import errno
+import json
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
-from tfcoord.client import DriverClient, TfcoordError, connfile
-from tfcoord.client import messages as m
-from tfcoord.client import tls as _tls
-from tfcoord.client.errors import ProtocolError, RemoteProtocolError
-from tfcoord.client.messages import MAX_ERROR_LEN, _any_map, _bool, _f, _seconds
-from tfcoord.client.protocol import NEED_DATA, Connection
-from tfcoord.client.vocab import ErrorCode
+from tfcoord.client import DriverClient, JobSpec, NodeClient, RequestRejected, TfcoordError, connfile, tls
+from tfcoord.client.errors import ConnectionClosed
+from tfcoord.client.messages import MAX_NODES_PER_JOB, MAX_TEXT_LEN, MAX_TIMEOUT_S
+from tfcoord.client.replies import JobStatus, NodeStatus
+from tfcoord.client.vocab import ErrorCode, JobState, NodeState
+from tfcoord.client.watcher import watch_until
+from tfcoord.coordinator.embedded import EmbeddedCoordinator
 
 from . import util
 
 log = logging.getLogger("tfcoord.compat")
-_M = TypeVar("_M", bound=m.Message)
 
 #: Why the jobs stop, as their status shows it.
 STOP_REASON = "stop requested by reservation.Client.request_stop() (utils/stop_streaming.py)"
-#: Connecting, and any one request but ``await_reservations``, take milliseconds.
+#: Connecting, and any one request but a wait, take milliseconds.
 TIMEOUT_S = 30.0
-#: A node's metadata is a few hundred bytes; this bounds what one connection can make the
-#: server hold, and ``count`` bounds the reservations.
-MAX_FRAME_BYTES = 256 * 1024
-#: Connections served at once (each is a thread); more are closed at once.
-MAX_CONNECTIONS = 512
-#: The most reservations one server takes (TensorFlowOnSpark's clusters are executors).
-MAX_COUNT = 100_000
+#: The most reservations one server takes: a job's slots.
+MAX_COUNT = MAX_NODES_PER_JOB
+#: The job's one role: reservations have no TensorFlow role (TensorFlowOnSpark's nodes say
+#: theirs in their metadata).
+ROLE = "reservation"
+#: Where a node's metadata lives in its registration: ``Client.register``'s, and that of a
+#: node started by ``TFSparkNode.run`` (whose host and port are its registration's).
+META_KEY = "tfos.reservation"
+NODE_META_KEY = "tfos.node"
+#: A node's metadata, encoded, is one metadata value of the coordinator.
+MAX_META_CHARS = MAX_TEXT_LEN
+#: After a stop request, how long the server waits for the registered nodes to acknowledge
+#: before it closes the coordinator anyway (a ``Client`` that registered and left never does).
+STOP_GRACE_S = 5.0
+#: Refusals of a registration that mean "this slot is taken": the next one is tried.
+TAKEN = frozenset({ErrorCode.DUPLICATE, ErrorCode.SLOT_HELD, ErrorCode.ALREADY_TERMINAL})
 
 
-# -- the wire ------------------------------------------------------------------------------
-#
-#   client → server   reg {meta} | query | await {timeout_s} | stop
-#   server → client   ok | reservations {nodes, done} | error {code, message}
+# -- the address -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Register(m.Message):
-    op: ClassVar[str] = "reg"
-    meta: Mapping[str, Any] = _f(_any_map)
+class ReservationAddress(tuple[str, int]):
+    """TensorFlowOnSpark's ``(host, port)``, carrying the credentials of one reservation job.
+
+    It unpacks, compares and prints as the tuple (the credentials are never shown), and
+    pickles with them, so a ``Client`` on an executor can authenticate.
+
+    Attributes:
+        job: the reservation job's id.
+        size: its number of slots (the server's ``count``).
+        token: the job's node token (registers a node of this job only).
+        reader: the admin credential of the server's own coordinator, which holds this job
+            alone: it reads and stops the job, never submits.
+        ca_pem: the coordinator's ephemeral CA, pinned by every client (public).
+    """
+
+    job: str
+    size: int
+    token: bytes
+    reader: bytes
+    ca_pem: str
+
+    def __new__(
+        cls, host: str, port: int, *, job: str, size: int, token: bytes, reader: bytes, ca_pem: str
+    ) -> ReservationAddress:
+        self = super().__new__(cls, (host, int(port)))
+        self.job, self.size, self.token, self.reader, self.ca_pem = job, size, token, reader, ca_pem
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_address, (self[0], self[1], self.job, self.size, self.token, self.reader, self.ca_pem))
+
+    @property
+    def address(self) -> str:
+        """``host:port`` as tfcoord's clients take it."""
+        host, port = self
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def context(self) -> ssl.SSLContext:
+        """The TLS context toward the coordinator: its CA pinned."""
+        return tls.client_context(ca_pem=self.ca_pem)
 
 
-@dataclass(frozen=True)
-class _Query(m.Message):
-    op: ClassVar[str] = "query"
+def _address(
+    host: str, port: int, job: str, size: int, token: bytes, reader: bytes, ca_pem: str
+) -> ReservationAddress:
+    return ReservationAddress(host, port, job=job, size=size, token=token, reader=reader, ca_pem=ca_pem)
 
 
-@dataclass(frozen=True)
-class _Await(m.Message):
-    """Answered once every reservation arrived, or after ``timeout_s`` with what is there."""
-
-    op: ClassVar[str] = "await"
-    timeout_s: float = _f(_seconds(0.0, 3600.0))
+# -- metadata ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Stop(m.Message):
-    op: ClassVar[str] = "stop"
+def _to_json(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return {"__bytes__": base64.b64encode(v).decode("ascii")}
+    if isinstance(v, Mapping):
+        return {str(k): _to_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_to_json(x) for x in v]
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    raise ValueError(f"{type(v).__name__} cannot travel in reservation metadata")
 
 
-@dataclass(frozen=True)
-class _Ok(m.Message):
-    op: ClassVar[str] = "ok"
+def _from_json(v: Any) -> Any:
+    if isinstance(v, dict):
+        if set(v) == {"__bytes__"}:
+            return base64.b64decode(v["__bytes__"])
+        return {k: _from_json(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_from_json(x) for x in v]
+    return v
 
 
-def _nodes(v: Any) -> None:
-    if not isinstance(v, Sequence) or isinstance(v, (str, bytes)):
-        raise ValueError("must be a list of maps")
-    for x in v:
-        _any_map(x)
+def encode_meta(meta: Mapping[str, Any]) -> str:
+    """A node's metadata as one registration value.
+
+    Raises:
+        ValueError: it holds something else than strings, numbers, booleans, None, lists,
+            maps and bytes, or is over ``MAX_META_CHARS`` encoded.
+    """
+    text = json.dumps(_to_json(dict(meta)), separators=(",", ":"))
+    if len(text) > MAX_META_CHARS:
+        raise ValueError(
+            f"reservation metadata is {len(text)} characters encoded; the limit is {MAX_META_CHARS}"
+        )
+    return text
 
 
-@dataclass(frozen=True)
-class _Reservations(m.Message):
-    op: ClassVar[str] = "reservations"
-    nodes: Sequence[Mapping[str, Any]] = _f(_nodes)
-    done: bool = _f(_bool)
+def node_entry(node: NodeStatus) -> dict[str, Any] | None:
+    """A registered node's reservation (TensorFlowOnSpark's metadata), None for another node."""
+    raw = node.meta.get(META_KEY)
+    if isinstance(raw, str):
+        entry: dict[str, Any] = _from_json(json.loads(raw))
+        return entry
+    raw = node.meta.get(NODE_META_KEY)
+    if isinstance(raw, str):  # a TFSparkNode: its address is the one it registered
+        return {**_from_json(json.loads(raw)), "host": node.host, "port": node.port}
+    return None
 
 
-_OPS: dict[str, type[m.Message]] = {
-    cls.op: cls for cls in (_Register, _Query, _Await, _Stop, _Ok, _Reservations, m.Error, m.Challenge)
-}
-_decode = m.decoder(_OPS, "reservation")
+def reservations(status: JobStatus) -> list[dict[str, Any]]:
+    """Every registered node's reservation, in the order they arrived."""
+    nodes = sorted(status.nodes, key=lambda n: n.registered_at)
+    return [e for e in map(node_entry, nodes) if e is not None]
 
 
-def _connection() -> Connection:
-    return Connection(max_frame_bytes=MAX_FRAME_BYTES, decode=_decode)
-
-
-# -- the reservations ----------------------------------------------------------------------
+# -- the reservations ----------------------------------------------------------------------------
 
 
 class Reservations:
@@ -178,24 +253,8 @@ class Reservations:
         with self._changed:
             return self.required - len(self.reservations)
 
-    def wait(self, timeout_s: float | None, stopped: Callable[[], bool] = lambda: False) -> bool:
-        """Block until done, ``stopped()``, or ``timeout_s``; whether done."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._changed:
-            while len(self.reservations) < self.required and not stopped():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                self._changed.wait(left)
-            return len(self.reservations) >= self.required
 
-    def wake(self) -> None:
-        """Wake every ``wait`` (the server stopped)."""
-        with self._changed:
-            self._changed.notify_all()
-
-
-# -- the server ----------------------------------------------------------------------------
+# -- the server --------------------------------------------------------------------------------
 
 
 def _port_spec(spec: str) -> list[int]:
@@ -212,23 +271,53 @@ def _port_spec(spec: str) -> list[int]:
     return ports
 
 
+@dataclass(frozen=True)
+class _Running:
+    coordinator: EmbeddedCoordinator
+    driver: DriverClient
+    address: ReservationAddress
+
+
 class Server:
     """A reservation server for ``count`` nodes (see the module's docstring).
 
     Attributes:
-        done: the server was stopped (``Client.request_stop()`` or ``stop()``).
-        reservations: the :class:`Reservations` it holds.
+        done: a stop was requested (``Client.request_stop()`` or ``stop()``).
     """
 
     def __init__(self, count: int, primary_keys: Sequence[str] | None = None) -> None:
-        self.reservations = Reservations(count, primary_keys)
-        self.done = False
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+            raise ValueError(f"count must be a number of nodes from 1 to {MAX_COUNT}, not {count!r}")
+        self.count = count
+        #: Accepted for TensorFlowOnSpark's signature: a node's slot is its registration's, so
+        #: a node registering again (a Spark task retry) replaces its own entry without keys.
+        self.primary_keys = tuple(primary_keys or ())
         self._listener: socket.socket | None = None
-        self._conns: set[socket.socket] = set()
+        self._running: _Running | None = None
+        self._done = threading.Event()
+        self._closed = threading.Event()
         self._lock = threading.Lock()
 
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the server has stopped (a stop was requested, or ``stop()``); whether it has."""
+        return self._closed.wait(timeout)
+
+    def status(self) -> JobStatus | None:
+        """The reservation job as tfcoord shows it (its nodes, their metadata); None unless serving."""
+        running = self._running
+        if running is None:
+            return None
+        try:
+            return running.driver.status(running.address.job)
+        except TfcoordError:  # stopped meanwhile
+            return None
+
     def get_server_ip(self) -> str:
-        """``TFOS_SERVER_HOST``, else this host's address (what clients should dial)."""
+        """``TFOS_SERVER_HOST``, else this host's address (what clients dial, and what is bound)."""
         return os.environ.get("TFOS_SERVER_HOST") or util.get_ip_address()
 
     def get_server_ports(self) -> list[int]:
@@ -241,36 +330,103 @@ class Server:
         return _port_spec(spec) if spec else [0]
 
     def start_listening_socket(self) -> socket.socket:
-        """A socket listening on every interface, on the first free allowed port.
+        """A socket listening on this host's address (:meth:`get_server_ip`), on the first free
+        allowed port; ``start()`` serves on it.
 
         Raises:
-            OSError: every port ``TFOS_SERVER_PORT`` allows is taken.
+            OSError: every port ``TFOS_SERVER_PORT`` allows is taken, or the address is not one
+                of this host's.
         """
-        ports = self.get_server_ports()
-        for port in ports:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        host = self.get_server_ip()
+        last: OSError | None = None
+        for port in self.get_server_ports():
             try:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind(("", port))
-                s.listen(128)
-            except OSError:
-                s.close()
+                s = socket.create_server((host, port), family=_family(host), backlog=128)
+            except OSError as e:
+                last = e
                 continue
-            self._listener = s
+            with self._lock:
+                old, self._listener = self._listener, s
+            if old is not None:
+                old.close()
             return s
+        if last is not None and last.errno == errno.EADDRNOTAVAIL:
+            raise OSError(
+                last.errno,
+                f"cannot listen on {host}: it is not an address of this host; set TFOS_SERVER_HOST to "
+                "the address executors reach this driver at",
+            )
         raise OSError(
             f"no free port for the reservation server: every port TFOS_SERVER_PORT="
             f"{os.environ.get('TFOS_SERVER_PORT')!r} allows is in use; widen the range or free one"
         )
 
-    def start(self) -> tuple[str, int]:
-        """Listen and serve in a background thread; ``(host, port)`` for clients."""
-        listener = self._listener or self.start_listening_socket()
-        port = listener.getsockname()[1]
-        threading.Thread(target=self._accept, args=(listener,), name="tfos-reservation", daemon=True).start()
-        addr = (self.get_server_ip(), port)
-        log.info("reservation server listening at %s:%d for %d node(s)", *addr, self.reservations.required)
+    def start(self) -> ReservationAddress:
+        """Serve: a coordinator of this server's own and one job of ``count`` slots.
+
+        Returns:
+            ``(host, port)`` for clients, with the job's credentials (:class:`ReservationAddress`).
+        """
+        with self._lock:
+            if self._running is not None:
+                return self._running.address
+            listener, self._listener = self._listener, None
+        listener = listener or self.start_listening_socket()
+        with self._lock:
+            self._listener = None
+        host = self.get_server_ip()
+        bound = listener.getsockname()[0]
+        try:
+            coord = EmbeddedCoordinator(
+                host=bound,
+                advertise_host=host,
+                sock=listener,
+                connection_dir=connfile.runtime_dir(os.environ),
+            ).start()
+        except BaseException:
+            listener.close()
+            raise
+        try:
+            driver = DriverClient(
+                coord.address, coord.secret, ssl_context=coord.client_context(), fail_fast=True
+            ).connect()
+            spec = JobSpec(
+                roles=((ROLE, self.count),),
+                # TensorFlowOnSpark's reservations last as long as the server: no deadline, and a
+                # client that registered and left still holds its reservation.
+                reservation_timeout_s=MAX_TIMEOUT_S,
+                heartbeat_timeout_s=MAX_TIMEOUT_S,
+                reconnect_grace_s=MAX_TIMEOUT_S,
+                name="tensorflowonspark-reservations",
+            )
+            job = driver.submit(spec)
+            assert coord.ca_pem is not None  # the embedded coordinator's default: its own TLS
+            addr = ReservationAddress(
+                host,
+                coord.port,
+                job=job,
+                size=self.count,
+                token=driver.job_token(job),
+                reader=coord.admin_secret,
+                ca_pem=coord.ca_pem,
+            )
+        except BaseException:
+            coord.stop()
+            raise
+        with self._lock:
+            self._running = _Running(coord, driver, addr)
+        threading.Thread(target=self._watch, args=(driver, job), name="tfos-reservation", daemon=True).start()
+        log.info("reservation server listening at %s:%d for %d node(s)", host, coord.port, self.count)
         return addr
+
+    @property
+    def reservations(self) -> Reservations:
+        """The reservations so far (TensorFlowOnSpark's attribute), as a :class:`Reservations`."""
+        r = Reservations(self.count, self.primary_keys)
+        status = self.status()
+        for entry in reservations(status) if status is not None else ():
+            r.upsert(entry)
+        return r
 
     def await_reservations(
         self, sc: Any = None, status: Mapping[str, Any] | None = None, timeout: float = 600
@@ -278,125 +434,121 @@ class Server:
         """Block until every node registered; their metadata.
 
         Raises:
-            RuntimeError: ``status['error']`` was set meanwhile (a failed Spark job).
+            RuntimeError: ``status['error']`` was set meanwhile (a failed Spark job), or the
+                server stopped first.
             TimeoutError: ``timeout`` seconds passed first (the message says how many came).
         """
         status = {} if status is None else status
+        running = self._running
+        if running is None:
+            raise RuntimeError("start() the reservation server first")
         deadline = time.monotonic() + timeout
-        r = self.reservations
-        while not r.wait(min(1.0, max(0.0, deadline - time.monotonic())), lambda: self.done):
+        job = running.address.job
+
+        def settled(st: JobStatus) -> bool:
+            return st.registered >= st.size or st.state == JobState.STOPPING or st.terminal
+
+        seen: JobStatus | None = None
+        while True:
             if status.get("error"):
                 raise RuntimeError(f"reservations failed: {status['error']}")
             if self.done:
-                raise RuntimeError(
-                    f"the reservation server stopped with {r.required - r.remaining()} of {r.required} reservations"
+                raise RuntimeError(self._stopped_with(seen))
+            left = deadline - time.monotonic()
+            try:
+                seen = watch_until(
+                    running.driver, job, settled, timeout_s=max(0.0, min(1.0, left)), since=seen
                 )
+            except (ConnectionClosed, TfcoordError) as e:
+                raise RuntimeError(f"the reservation server stopped: {e}") from None
+            if seen.registered >= seen.size:
+                return reservations(seen)
+            if settled(seen):
+                raise RuntimeError(self._stopped_with(seen))
             if time.monotonic() >= deadline:
                 raise TimeoutError(
-                    f"reservation timed out after {timeout:g} s: {r.required - r.remaining()} of "
-                    f"{r.required} nodes registered ({r.remaining()} missing)"
+                    f"reservation timed out after {timeout:g} s: {seen.registered} of "
+                    f"{seen.size} nodes registered ({seen.size - seen.registered} missing)"
                 )
-        return r.get()
+
+    def _stopped_with(self, seen: JobStatus | None) -> str:
+        got = f"{seen.registered} of {seen.size}" if seen is not None else f"? of {self.count}"
+        return f"the reservation server stopped with {got} reservations"
 
     def stop(self) -> None:
-        """Stop listening, close every connection and wake every waiter."""
+        """Stop serving: the coordinator (and with it every connection) and the listening socket."""
+        self._done.set()
         with self._lock:
-            self.done = True
             listener, self._listener = self._listener, None
-            conns, self._conns = self._conns, set()
-        for s in [listener, *conns]:
-            if s is not None:
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-        self.reservations.wake()
+            running, self._running = self._running, None
+        if listener is not None:
+            listener.close()
+        if running is not None:
+            running.driver.close()
+            running.coordinator.stop()
+        self._closed.set()
 
-    def _accept(self, listener: socket.socket) -> None:
-        while not self.done:
-            try:
-                conn, _ = listener.accept()
-            except OSError:  # closed by stop()
-                return
-            with self._lock:
-                if self.done or len(self._conns) >= MAX_CONNECTIONS:
-                    conn.close()
-                    continue
-                self._conns.add(conn)
-            threading.Thread(
-                target=self._serve, args=(conn,), name="tfos-reservation-conn", daemon=True
-            ).start()
+    def _watch(self, driver: DriverClient, job: str) -> None:
+        """Until a stop is requested (then the server stops), or the server is stopped."""
 
-    def _serve(self, sock: socket.socket) -> None:
-        proto = _connection()
+        def stopping(st: JobStatus) -> bool:
+            return st.state in (JobState.STOPPING, JobState.STOPPED)
+
         try:
-            while True:
-                event = proto.next_event()
-                if event is NEED_DATA:
-                    proto.receive_data(sock.recv(65536))
-                    continue
-                if not isinstance(event, m.Message):  # CLOSED
-                    return
-                reply = self._answer(event)
-                sock.sendall(proto.send(reply))
-                if isinstance(event, _Stop):
-                    self.stop()  # after the answer, so the client sees it
-                if isinstance(reply, m.Error):
-                    return
-        except RemoteProtocolError as e:
-            with contextlib.suppress(OSError):
-                sock.sendall(proto.send(m.Error(None, ErrorCode.PROTOCOL_ERROR, str(e)[:MAX_ERROR_LEN])))
-        except OSError:
-            pass
-        finally:
-            with self._lock:
-                self._conns.discard(sock)
-            sock.close()
-
-    def _answer(self, msg: m.Message) -> m.Message:
-        r = self.reservations
-        if isinstance(msg, _Register):
-            try:
-                r.upsert(msg.meta)
-            except ValueError as e:
-                return m.Error(None, ErrorCode.DUPLICATE, str(e)[:MAX_ERROR_LEN])
-            return _Ok()
-        if isinstance(msg, _Query):
-            return _Reservations(r.get(), r.done())
-        if isinstance(msg, _Await):
-            r.wait(msg.timeout_s, lambda: self.done)
-            return _Reservations(r.get(), r.done())
-        if isinstance(msg, _Stop):
-            self.done = True  # before the answer: the caller sees ``done`` once request_stop returns
-            self.reservations.wake()
-            return _Ok()
-        return m.Error(None, ErrorCode.PROTOCOL_ERROR, f"a reservation server does not answer {msg.op!r}")
+            st = watch_until(driver, job, stopping, timeout_s=MAX_TIMEOUT_S, brief=True)
+            if not stopping(st):
+                return
+            self._done.set()
+            watch_until(driver, job, lambda s: s.terminal, timeout_s=STOP_GRACE_S, brief=True, since=st)
+        except (ConnectionClosed, TfcoordError):  # stopped meanwhile
+            return
+        self.stop()
 
 
-# -- the client ----------------------------------------------------------------------------
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+# -- the client --------------------------------------------------------------------------------
 
 
 class Client:
-    """Talks to the reservation server, or the tfcoord driver, at ``server_addr`` (``(host, port)``).
+    """Talks to the reservation server, or a tfcoord driver, at ``server_addr`` (``(host, port)``).
 
     Raises:
-        ConnectionError: nothing listens there (the message says what was tried and what to
+        ConnectionError: nothing answers there (the message says what was tried and what to
             do instead).
     """
 
     def __init__(self, server_addr: Any) -> None:
         host, port = server_addr
-        self.server_addr = (host, int(port))
-        self._driver: DriverClient | None = None
-        self._sock: socket.socket | None = None
-        self._proto = _connection()
+        self.server_addr = (str(host), int(port))
+        self._addr = server_addr if isinstance(server_addr, ReservationAddress) else None
+        self._node: NodeClient | None = None
+        self._slot = -1
+        if self._addr is not None:
+            self._reader = self._connect(
+                self._addr.address, self._addr.reader, self._addr.context(), f"{host}:{port}"
+            )
+            return
         directory = connfile.runtime_dir(os.environ)
-        found = [c for c in connfile.find(directory) if c.port == int(port)]
-        if found:
-            conn = found[0]
-            context = _tls.client_context(ca_pem=conn.ca_pem) if conn.ca_pem else None
-            self._driver = DriverClient(
-                conn.address,
-                conn.admin_secret,
+        conn = next((c for c in connfile.find(directory) if _names(c, host, int(port))), None)
+        if conn is None:
+            raise ConnectionError(
+                f"no tfcoord coordinator of yours listens at {host}:{port} on this machine (looked for its "
+                f"connection file in {directory}); use the address reservation.Server.start() returned, "
+                "check the address the driver logged, or use tfcoord stop JOB --address HOST:PORT "
+                "--admin-secret-file FILE"
+            )
+        context = tls.client_context(ca_pem=conn.ca_pem) if conn.ca_pem else None
+        self._reader = self._connect(conn.address, conn.admin_secret, context, f"{host}:{port}")
+
+    @staticmethod
+    def _connect(address: str, secret: bytes, context: ssl.SSLContext | None, shown: str) -> DriverClient:
+        try:
+            return DriverClient(
+                address,
+                secret,
                 role="admin",
                 ssl_context=context,
                 connect_deadline_s=TIMEOUT_S,
@@ -404,58 +556,124 @@ class Client:
                 fail_fast=True,
                 request_timeout_s=TIMEOUT_S,
             ).connect()
-            return
-        try:
-            self._sock = socket.create_connection(self.server_addr, timeout=TIMEOUT_S)
-        except OSError as e:
-            raise ConnectionError(
-                f"nothing answers at {host}:{port} ({e.strerror or e}), and no tfcoord coordinator of yours "
-                f"listens on that port on this machine (looked for its connection file in {directory}); "
-                "check the address the driver logged, or use tfcoord stop JOB --address HOST:PORT "
-                "--admin-secret-file FILE"
-            ) from None
+        except TfcoordError as e:
+            raise ConnectionError(f"nothing answers at {shown} as a reservation server: {e}") from None
+
+    def _job(self, call: str) -> ReservationAddress:
+        if self._addr is None:
+            host, port = self.server_addr
+            raise RuntimeError(
+                f"{host}:{port} was given as a plain (host, port): of reservation.Client's calls it "
+                f"takes only request_stop(); {call}() needs the address reservation.Server.start() returned"
+            )
+        return self._addr
 
     def register(self, reservation: Mapping[str, Any]) -> str:
-        """Add this node's metadata; ``'OK'``."""
-        self._request(_Register(dict(reservation)), _Ok)
-        return "OK"
+        """Register a node with this metadata (the first free slot from its ``executor_id`` on);
+        ``'OK'``.
+
+        Raises:
+            ValueError: the metadata cannot travel (see the module's docstring).
+            RuntimeError: every slot is taken, or the server refused.
+        """
+        addr = self._job("register")
+        try:
+            value = encode_meta(reservation)
+        except ValueError as e:
+            raise ValueError(f"cannot send reg to the reservation server: {e}") from None
+        if self._node is None:
+            self._node = NodeClient(
+                addr.address,
+                addr.token,
+                addr.job,
+                0,
+                ssl_context=addr.context(),
+                connect_deadline_s=TIMEOUT_S,
+                fail_fast=True,
+            ).connect()
+        node = self._node
+        # Where the registration says the node is: the metadata keeps what the caller said.
+        host = node.local_host()
+        port = reservation.get("port")
+        port = port if isinstance(port, int) and 0 < port < 65536 else addr[1]
+        first = reservation.get("executor_id")
+        first = first if isinstance(first, int) and first >= 0 else 0
+        # A client of its own: never "the same node again" as another client's registration.
+        task = f"reservation.Client {uuid.uuid4().hex[:12]}"
+        slots = [self._slot] if self._slot >= 0 else [(first + k) % addr.size for k in range(addr.size)]
+        for slot in slots:
+            node.executor_id = slot
+            try:
+                node.register(host, port, task_id=task, meta={META_KEY: value})
+            except RequestRejected as e:
+                if e.code in TAKEN and self._slot < 0:
+                    continue
+                raise RuntimeError(f"the reservation server refused reg: {e.message}") from None
+            self._slot = slot
+            return "OK"
+        raise RuntimeError(
+            f"the reservation server refused reg: all {addr.size} reservations already arrived; "
+            f"{dict(reservation)!r} is one too many"
+        )
 
     def get_reservations(self) -> list[dict[str, Any]]:
-        """The reservations so far."""
-        reply = self._request(_Query(), _Reservations)
-        return [dict(n) for n in reply.nodes]
+        """Every node's metadata, registered so far."""
+        addr = self._job("get_reservations")
+        return reservations(self._status(addr.job))
 
     def await_reservations(self) -> list[dict[str, Any]]:
-        """Block until every node registered; their metadata (the server holds the call,
-        answering at least every few seconds, so a dead server is noticed)."""
-        while True:
-            reply = self._request(_Await(5.0), _Reservations, timeout_s=TIMEOUT_S + 5.0)
-            if reply.done:
-                return [dict(n) for n in reply.nodes]
+        """Block until every node registered; their metadata (the coordinator pushes the change).
+
+        Raises:
+            RuntimeError: the reservations were stopped first.
+        """
+        addr = self._job("await_reservations")
+
+        def settled(st: JobStatus) -> bool:
+            return st.registered >= st.size or st.state == JobState.STOPPING or st.terminal
+
+        try:
+            st = watch_until(self._reader, addr.job, settled, timeout_s=MAX_TIMEOUT_S)
+        except TfcoordError as e:
+            raise ConnectionError(f"the reservation server at {addr[0]}:{addr[1]} failed: {e}") from None
+        if st.registered < st.size:
+            raise RuntimeError(
+                f"the reservation server stopped with {st.registered} of {st.size} reservations"
+            )
+        return reservations(st)
+
+    def _status(self, job: str) -> JobStatus:
+        try:
+            return self._reader.status(job)
+        except TfcoordError as e:
+            host, port = self.server_addr
+            raise ConnectionError(f"the reservation server at {host}:{port} failed: {e}") from None
 
     def request_stop(self) -> list[str] | None:
-        """Stop the server; against a tfcoord driver, stop every job that has not ended
-        (a streaming job's ``shutdown(ssc)`` then stops the streaming context) and return
-        the jobs told to stop."""
-        if self._driver is None:
-            self._request(_Stop(), _Ok)
-            self.close()  # the server closes its side too
+        """Stop the reservations (and their server); against a tfcoord driver, stop every job
+        that has not ended (a streaming job's ``shutdown(ssc)`` then stops the streaming context)
+        and return the jobs told to stop."""
+        if self._addr is not None:
+            with contextlib.suppress(TfcoordError):
+                self._reader.stop(self._addr.job, STOP_REASON)
+                if self._node is not None:  # acknowledge for our own node: it has nothing to stop
+                    self._node.report(NodeState.STOPPED)
+            self.close()
             return None
         stopped = []
-        for job in self._driver.status().jobs:
+        for job in self._reader.status().jobs:
             if not job.state.terminal:
                 try:
-                    self._driver.stop(job.job, STOP_REASON)
+                    self._reader.stop(job.job, STOP_REASON)
                 except TfcoordError:  # it ended meanwhile
                     continue
                 stopped.append(job.job)
         return stopped
 
     def close(self) -> None:
-        if self._driver is not None:
-            self._driver.close()
-        if self._sock is not None:
-            self._sock.close()
+        if self._node is not None:
+            self._node.close()
+        self._reader.close()
 
     def __enter__(self) -> Client:
         return self
@@ -463,34 +681,17 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, msg: m.Message, expect: type[_M], timeout_s: float = TIMEOUT_S) -> _M:
-        host, port = self.server_addr
-        if self._sock is not None and self._sock.fileno() < 0:
-            raise RuntimeError(f"this Client of {host}:{port} is closed (request_stop() closes it too)")
-        if self._sock is None:
-            raise RuntimeError(
-                f"{host}:{port} is a tfcoord coordinator, which registers its nodes itself; "
-                "of reservation.Client's calls it takes only request_stop()"
-            )
-        sock, proto = self._sock, self._proto
-        try:
-            frame = proto.send(msg)
-        except (TypeError, ValueError, OverflowError, ProtocolError) as e:
-            raise ValueError(f"cannot send {msg.op} to the reservation server: {e}") from None
-        try:
-            sock.settimeout(timeout_s)
-            sock.sendall(frame)
-            while (event := proto.next_event()) is NEED_DATA:
-                proto.receive_data(sock.recv(65536))
-        except (OSError, ProtocolError) as e:
-            raise ConnectionError(f"the reservation server at {host}:{port} failed: {e}") from None
-        if isinstance(event, expect):
-            return event
-        if isinstance(event, m.Error):
-            raise RuntimeError(f"the reservation server at {host}:{port} refused {msg.op}: {event.message}")
-        if isinstance(event, m.Challenge):
-            raise ConnectionError(
-                f"{host}:{port} is a tfcoord coordinator, not a reservation server, and no connection "
-                "file of yours names it; use tfcoord stop JOB --address HOST:PORT --admin-secret-file FILE"
-            )
-        raise ConnectionError(f"the reservation server at {host}:{port} closed the connection")
+
+def _names(conn: connfile.Connection, host: str, port: int) -> bool:
+    """Whether the coordinator of a connection file is the one at ``host:port``: the same port,
+    and ``host`` is where it listens or what it advertises (as given or resolved)."""
+    if conn.port != port:
+        return False
+    theirs = {a.rpartition(":")[0].strip("[]") for a in (conn.address, conn.advertised)}
+    if host in theirs:
+        return True
+    try:
+        resolved = {ai[4][0] for ai in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
+    except OSError:
+        return False
+    return bool(resolved & theirs)

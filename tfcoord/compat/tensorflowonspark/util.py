@@ -41,7 +41,8 @@ def get_ip_address() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.connect(("192.0.2.1", 80))  # TEST-NET-1: never routed anywhere, only looked up
-            return s.getsockname()[0]
+            host: str = s.getsockname()[0]
+            return host
         except OSError:
             return socket.gethostbyname(socket.getfqdn())
 
