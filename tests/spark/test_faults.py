@@ -203,3 +203,56 @@ def test_a_killed_executor_jvm_restarts_the_cluster_on_a_replacement_executor(sc
     results = {n.index: n.results for n in status.nodes}
     assert results[1]["resumed_at"] == 5 and results[1]["steps"] == 10 and results[1]["generation"] == 1
     assert {n.index: n.attempt for n in status.nodes}[1] >= 1  # a retried task took the slot
+
+
+def test_restarts_with_inputmode_spark_are_refused_before_anything_starts(sc, tmp_path):
+    with pytest.raises(ValueError, match=r"max_restarts needs InputMode\.TENSORFLOW"):
+        tfs.run(
+            sc,
+            mapfuns.report_context,
+            args_for(tmp_path),
+            2,
+            0,
+            input_mode=tfs.InputMode.SPARK,
+            max_restarts=1,
+        )
+
+
+class _Conf:
+    """A SparkContext's configuration as ``restart_policy`` reads it (``sc.getConf()``)."""
+
+    def __init__(self, **settings: str) -> None:
+        from pyspark import SparkConf
+
+        self.conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+
+    def getConf(self):  # SparkContext's name
+        return self.conf
+
+
+def test_the_restart_policy_comes_from_spark_settings_when_run_leaves_it_unset(sc):
+    """``spark-submit --conf spark.tfcoord.maxRestarts=3`` gives a TensorFlowOnSpark program
+    restarts unchanged; an argument wins over the setting; a bad value names its key."""
+    assert tfs.restart_policy(sc, None, None, None, None) == {
+        "max_restarts": 0,
+        "restart_on": "exit-code",
+        "restart_backoff_s": 1.0,
+        "deadline_s": 0.0,
+    }
+    conf = _Conf(
+        **{
+            tfs.MAX_RESTARTS_CONF: "3",
+            tfs.RESTART_ON_CONF: "any-failure",
+            tfs.RESTART_BACKOFF_CONF: "2.5",
+            tfs.DEADLINE_CONF: "3600",
+        }
+    )
+    assert tfs.restart_policy(conf, None, None, None, None) == {
+        "max_restarts": 3,
+        "restart_on": "any-failure",
+        "restart_backoff_s": 2.5,
+        "deadline_s": 3600.0,
+    }
+    assert tfs.restart_policy(conf, 1, None, None, None)["max_restarts"] == 1
+    with pytest.raises(ValueError, match=r"spark.tfcoord.maxRestarts='three' is not valid: a whole number"):
+        tfs.restart_policy(_Conf(**{tfs.MAX_RESTARTS_CONF: "three"}), None, None, None, None)
