@@ -183,7 +183,7 @@ class EmbeddedCoordinator:
         return self.service.address
 
     def start(self) -> EmbeddedCoordinator:
-        started: Future = Future()
+        started: Future[None] = Future()
 
         def run() -> None:
             # asyncio.Runner, not a bare loop: on the way out it cancels leftover tasks and
@@ -305,7 +305,7 @@ class EmbeddedCoordinator:
         self.stop()
 
 
-def start_embedded(**kw) -> EmbeddedCoordinator:
+def start_embedded(**kw: Any) -> EmbeddedCoordinator:
     """Start an in-process coordinator on a free port; returns it running. It serves TLS (its
     clients pass ``ssl_context=coord.client_context()``) unless ``plaintext=True``."""
     return EmbeddedCoordinator(**kw).start()

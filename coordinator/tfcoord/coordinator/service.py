@@ -67,8 +67,9 @@ def archive_password(secret: bytes) -> str:
 class Engine(Protocol):
     """A running launcher of nodes, started after the listener and closed before it."""
 
-    async def start(self) -> None:
-        """Start launching: for Mesos, subscribe as a framework (raises if it cannot)."""
+    async def start(self) -> object:
+        """Start launching: for Mesos, subscribe as a framework (raises if it cannot). What
+        it returns (the engine itself, for chaining) is not used."""
 
     async def close(self) -> None:
         """Stop launching; release what the engine holds outside this process if it must."""
@@ -77,8 +78,10 @@ class Engine(Protocol):
 class EngineFactory(Protocol):
     """How the service builds one engine; frozen configuration, part of :class:`ServiceConfig`."""
 
-    #: The ``JobSpec.engine`` whose jobs this engine launches.
-    name: str
+    @property
+    def name(self) -> str:
+        """The ``JobSpec.engine`` whose jobs this engine launches."""
+        ...
 
     @property
     def start_budget_s(self) -> float:
