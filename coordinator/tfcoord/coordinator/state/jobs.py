@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfcoord.client import messages as m
+from tfcoord.client.replies import NodeStatus, StopAnswer
 from tfcoord.client.vocab import TERMINAL_JOB, TERMINAL_NODE, FailureReason, JobState, NodeState
 
 J, N = JobState, NodeState
@@ -75,26 +76,36 @@ class Node:
             where += f", generation {self.generation}"
         return f"{self.name} ({where})"
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "executor_id": self.executor_id,
-            "attempt": self.attempt,
-            "role": self.role,
-            "index": self.index,
-            "state": self.state.value,
-            "host": self.host,
-            "port": self.port,
-            "gpus": list(self.gpus),
-            "task_id": self.task_id,
-            "meta": dict(self.meta),
-            "registered_at": self.registered_at,
-            "last_seen": self.last_seen,
-            "ended_at": self.ended_at,
-            "error": self.error,
-            "connected": self.conn is not None,
-            "generation": self.generation,
-            "exit_code": self.exit_code,
-        }
+    def status(
+        self,
+        figures: dict[str, int | float] | None = None,
+        usage: dict[str, int | float] | None = None,
+        *,
+        meta: bool = True,
+    ) -> NodeStatus:
+        """What status shows of this node: with its latest ``figures`` and ``usage`` while it
+        holds its slot; an earlier attempt without them, and without its metadata."""
+        return NodeStatus.of(  # every field given: a status builds one per node
+            executor_id=self.executor_id,
+            attempt=self.attempt,
+            role=self.role,
+            index=self.index,
+            state=self.state,
+            host=self.host,
+            port=self.port,
+            gpus=self.gpus,
+            task_id=self.task_id,
+            meta=dict(self.meta) if meta else {},
+            registered_at=self.registered_at,
+            last_seen=self.last_seen,
+            ended_at=self.ended_at,
+            error=self.error,
+            connected=self.conn is not None,
+            generation=self.generation,
+            exit_code=self.exit_code,
+            figures=figures,
+            usage=usage,
+        )
 
 
 @dataclass(frozen=True)
@@ -282,30 +293,30 @@ class Job:
         return node.live and node.conn is not None and now - node.last_seen < self.spec.heartbeat_timeout_s
 
 
-def stop_answer(job: Job, node: Node | None, attempt: int, generation: int = 0) -> dict[str, Any]:
+def stop_answer(job: Job, node: Node | None, attempt: int, generation: int = 0) -> StopAnswer:
     """What attempt ``attempt`` of a node of ``generation`` (now ``node`` in its slot) is told
     about stopping. A node of an older generation of a job that restarted is told to stop its
     work and rejoin (``restart``: the generation to register for) after ``backoff_s``."""
     if generation < job.generation and not job.stopping():
         last = job.restarts[-1] if job.restarts else {}
-        return {
-            "stop": True,
-            "reason": f"the cluster restarts as generation {job.generation}: "
+        return StopAnswer(
+            stop=True,
+            reason=f"the cluster restarts as generation {job.generation}: "
             f"{last.get('node', '')} {last.get('cause', '')}".rstrip(),
-            "job_state": job.state.value,
-            "restart": job.generation,
-            "backoff_s": job.spec.restart_backoff_s,
-        }
+            job_state=job.state,
+            restart=job.generation,
+            backoff_s=job.spec.restart_backoff_s,
+        )
     if (
         generation != job.generation
         or node is None
         or node.attempt != attempt
         or node.generation != generation
     ):
-        return {"stop": True, "reason": f"attempt {attempt} was superseded", "job_state": job.state.value}
+        return StopAnswer(stop=True, reason=f"attempt {attempt} was superseded", job_state=job.state)
     if job.stopping():
         reason = job.error or job.stop_reason or f"job {job.state.value}"
         if job.state == J.SUCCEEDED:
             reason = "the job succeeded; its remaining nodes stop"
-        return {"stop": True, "reason": reason, "job_state": job.state.value}
-    return {"stop": False, "reason": "", "job_state": job.state.value}
+        return StopAnswer(stop=True, reason=reason, job_state=job.state)
+    return StopAnswer(stop=False, reason="", job_state=job.state)
