@@ -10,9 +10,8 @@ liveness deadline.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tfcoord.client import messages as m
+from tfcoord.client.replies import Answer
 from tfcoord.client.vocab import TERMINAL_NODE, ErrorCode, FailureReason, JobState, NodeState
 
 from .events import Effect, Event, Journal, Log, Send, Viewer, Waiter
@@ -67,9 +66,10 @@ class Ledger:
         if waiter is not None:
             self.effects.append(Send(waiter[0], msg))
 
-    def reply(self, waiter: Waiter | None, **result: Any) -> None:
+    def reply(self, waiter: Waiter | None, answer: Answer) -> None:
+        """Answer ``waiter`` with ``answer`` (encoded once, however many it answers)."""
         if waiter is not None:
-            self.send(waiter, m.Reply(id=waiter[1], result=result))
+            self.send(waiter, m.Reply(id=waiter[1], result=answer.wire))
 
     def error(self, waiter: Waiter | None, code: ErrorCode, message: str) -> None:
         if waiter is not None:

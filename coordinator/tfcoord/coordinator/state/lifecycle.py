@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 
+from tfcoord.client.replies import Finished, Reported, StopResult, Submitted
 from tfcoord.client.vocab import (
     TERMINAL_JOB,
     ErrorCode,
@@ -73,7 +74,7 @@ class Lifecycle:
             if (
                 existing.spec == ev.spec and existing.owner == ev.owner
             ):  # a driver resending after a reconnect
-                self.ledger.reply(ev.waiter, job=ev.job, state=existing.state.value, created=False)
+                self.ledger.reply(ev.waiter, Submitted(job=ev.job, state=existing.state, created=False))
             else:
                 self.ledger.error(
                     ev.waiter,
@@ -99,7 +100,7 @@ class Lifecycle:
         )
         self.arm_reservation(job)
         self.arm_deadline(job)
-        self.ledger.reply(ev.waiter, job=ev.job, state=job.state.value, created=True)
+        self.ledger.reply(ev.waiter, Submitted(job=ev.job, state=job.state, created=True))
 
     def arm_reservation(self, job: Job) -> None:
         """The deadline by which every slot must be filled (counted from submission, or from
@@ -295,14 +296,18 @@ class Lifecycle:
         if job is None:
             return
         live = [n for n in job.nodes() if n.live]
-        result = {"job": job.id, "nodes": [n.describe() for n in live], "dry_run": ev.dry_run}
+        told = tuple(n.describe() for n in live)
+
+        def result() -> StopResult:  # the job's state once the stop is taken
+            return StopResult(state=job.state, job=job.id, nodes=told, dry_run=ev.dry_run)
+
         if job.terminal or ev.dry_run or job.state == J.STOPPING:
-            self.ledger.reply(ev.waiter, state=job.state.value, **result)
+            self.ledger.reply(ev.waiter, result())
             return
         self.ledger.journal(StopJobEvent(now=ev.now, job=ev.job, reason=ev.reason, cause=ev.cause))
         if job.decided_at is not None:  # its work is done; only serving nodes were still given time
             self.succeed(job, ev.now)
-            self.ledger.reply(ev.waiter, state=job.state.value, **result)
+            self.ledger.reply(ev.waiter, result())
             return
         job.stop_reason = ev.reason or "stop requested"
         job.reason = ev.cause
@@ -311,7 +316,7 @@ class Lifecycle:
         self.maybe_stopped(job, ev.now)
         self.waits.wake_stops(job)
         self.waits.wake_watchers(job)
-        self.ledger.reply(ev.waiter, state=job.state.value, **result)
+        self.ledger.reply(ev.waiter, result())
 
     @handles(FinishJobEvent)
     def finish_job(self, ev: FinishJobEvent) -> None:
@@ -321,7 +326,9 @@ class Lifecycle:
         if not job.terminal and job.decided_at is None and job.serving_grace_s != ev.serving_grace_s:
             self.ledger.journal(FinishJobEvent(now=ev.now, job=ev.job, serving_grace_s=ev.serving_grace_s))
             job.serving_grace_s = ev.serving_grace_s
-        self.ledger.reply(ev.waiter, job=job.id, state=job.state.value, serving_grace_s=job.serving_grace_s)
+        self.ledger.reply(
+            ev.waiter, Finished(job=job.id, state=job.state, serving_grace_s=job.serving_grace_s)
+        )
 
     def _serving_due(self, when: float, key: TimerKey, now: float) -> None:
         self.serving_grace_expired(ServingGraceExpired(now=now, job=key[1]))
@@ -348,7 +355,7 @@ class Lifecycle:
             node.last_seen = ev.now
         if not node.live:
             if node.state == r.state:  # the same report resent: same answer
-                self.ledger.reply(ev.waiter, state=node.state.value, job_state=job.state.value)
+                self.ledger.reply(ev.waiter, Reported(state=node.state, job_state=job.state))
             else:
                 self.ledger.error(
                     ev.waiter,
@@ -366,7 +373,7 @@ class Lifecycle:
         if r.state == N.RUNNING and node.state == N.RUNNING:
             if self.telemetry.update_meta(job, node, r.meta):
                 self.ledger.journal(ReportNode(now=ev.now, req=r))
-            self.ledger.reply(ev.waiter, state=node.state.value, job_state=job.state.value)
+            self.ledger.reply(ev.waiter, Reported(state=node.state, job_state=job.state))
             return
         self.ledger.journal(ReportNode(now=ev.now, req=r))
         self.telemetry.update_meta(job, node, r.meta)
@@ -374,7 +381,7 @@ class Lifecycle:
         self._reported(job, node, r.state, r.error, ev.now)
         self.waits.wake_stops(job)
         self.waits.wake_watchers(job)
-        self.ledger.reply(ev.waiter, state=node.state.value, job_state=job.state.value)
+        self.ledger.reply(ev.waiter, Reported(state=node.state, job_state=job.state))
 
     def _reported(self, job: Job, node: Node, state: NodeState, error: str, now: float) -> None:
         """A live node reported ``state`` (a change): move it, and the job if that ends it."""

@@ -52,7 +52,7 @@ class Liveness:
         if r.generation < job.generation:
             # A node of an older generation: it hears that it must stop and rejoin; it no
             # longer holds a slot to keep alive.
-            self.ledger.reply(ev.waiter, **stop_answer(job, None, r.attempt, r.generation))
+            self.ledger.reply(ev.waiter, stop_answer(job, None, r.attempt, r.generation))
             return
         node = job.node(r.executor_id)
         if node is not None and node.attempt == r.attempt and node.generation == r.generation:
@@ -69,7 +69,7 @@ class Liveness:
                 f"executor {r.executor_id} attempt {r.attempt} of job {job.id} is not registered; register first",
             )
             return
-        self.ledger.reply(ev.waiter, **stop_answer(job, node, r.attempt, r.generation))
+        self.ledger.reply(ev.waiter, stop_answer(job, node, r.attempt, r.generation))
 
     @handles(Disconnected)
     def disconnected(self, ev: Disconnected) -> None:

@@ -85,16 +85,17 @@ class CoordinatorState:
 
     def status(self, job_id: str) -> dict[str, Any]:
         """A JSON-able snapshot of one job (raises KeyError if unknown)."""
-        return views.status(self.jobs[job_id])
+        return views.status(self.jobs[job_id]).to_wire()
 
     def brief(self, job_id: str) -> dict[str, Any]:
         """A job's status without its nodes, history and timeline (see ``views.brief``);
         raises KeyError if unknown."""
-        return views.brief(self.jobs[job_id])
+        return views.brief(self.jobs[job_id]).to_wire()
 
     def summary(self, viewer: Viewer = None) -> list[dict[str, Any]]:
         """One line per job ``viewer`` may see (every job for None)."""
-        return views.summary(self.jobs.values(), viewer)
+        jobs: list[dict[str, Any]] = views.summary(self.jobs.values(), viewer).to_wire()["jobs"]
+        return jobs
 
     @staticmethod
     def cluster_spec(job: Job) -> dict[str, list[str]]:
@@ -106,14 +107,14 @@ class CoordinatorState:
 
         ``since`` keeps only later points (a dashboard polling for what is new).
         """
-        return telemetry.series(self.jobs[job_id], executor_id, since)
+        return telemetry.series(self.jobs[job_id], executor_id, since).to_wire()
 
     def logs(
         self, job_id: str, executor_id: int = -1, since: int = 0, limit: int = m.MAX_LOGS_REPLY
     ) -> dict[str, Any]:
         """A job's node output from line ``since`` on, oldest first, at most ``limit`` lines
         (raises KeyError if the job is unknown)."""
-        return telemetry.logs(self.jobs[job_id], executor_id, since, limit)
+        return telemetry.logs(self.jobs[job_id], executor_id, since, limit).to_wire()
 
     def validate(self) -> None:
         """Check every invariant; raise AssertionError naming the broken one."""

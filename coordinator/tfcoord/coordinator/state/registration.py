@@ -14,10 +14,9 @@ event (see ``Continue``), so at 10,000 nodes other jobs' heartbeats are answered
 
 from __future__ import annotations
 
-from typing import Any
-
 from tfcoord.client import messages as m
 from tfcoord.client.protocol import encode_spec
+from tfcoord.client.replies import Registration as Registered
 from tfcoord.client.vocab import ErrorCode, FailureReason, JobEvent, JobState, NodeState, WaitKind
 
 from .events import AwaitClusterEvent, CompleteCluster, Continue, RegisterNode, handles
@@ -39,19 +38,19 @@ COMPLETE_PER_EVENT = 256
 Refusal = tuple[ErrorCode, str]
 
 
-def registration(job: Job, node: Node) -> dict[str, Any]:
+def registration(job: Job, node: Node) -> Registered:
     """The answer to a registration: the slot the node holds."""
-    return {
-        "job": job.id,
-        "role": node.role,
-        "index": node.index,
-        "size": job.spec.size,
-        "heartbeat_timeout_s": job.spec.heartbeat_timeout_s,
-        "state": job.state.value,
-        "generation": node.generation,
-        "restarts": len(job.restarts),
-        "max_restarts": job.spec.max_restarts,
-    }
+    return Registered(
+        job=job.id,
+        role=node.role,
+        index=node.index,
+        size=job.spec.size,
+        heartbeat_timeout_s=job.spec.heartbeat_timeout_s,
+        state=job.state,
+        generation=node.generation,
+        restarts=len(job.restarts),
+        max_restarts=job.spec.max_restarts,
+    )
 
 
 def _closed(job: Job, r: m.Register) -> Refusal | None:
@@ -198,7 +197,7 @@ class Registration:
         if job.filled == len(job.slots):
             self.cluster_complete(job, ev.now)
         self.waits.wake_watchers(job)
-        ledger.reply(ev.waiter, **registration(job, node))
+        ledger.reply(ev.waiter, registration(job, node))
 
     def _settled_by_holder(self, job: Job, cur: Node, ev: RegisterNode) -> bool | None:
         """Deal with a registration for a slot ``cur`` holds, unless a newer attempt may take
@@ -213,7 +212,7 @@ class Registration:
                 self.ledger.bind(job, cur, ev.conn)
                 cur.last_seen = ev.now
                 self.ledger.arm_node(job, cur)
-            self.ledger.reply(ev.waiter, **registration(job, cur))
+            self.ledger.reply(ev.waiter, registration(job, cur))
             return True
         refused = _against_holder(job, cur, r, ev.now)
         if refused is not None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfcoord.client import messages as m
+from tfcoord.client.replies import Ack, Logs, LogSource, NodeSeries, Series
 from tfcoord.client.vocab import ErrorCode
 
 from .events import GetLogsEvent, NodeLogsEvent, ProgressNode, handles
@@ -49,7 +50,7 @@ def meta_chars(meta: Mapping[str, Any]) -> int:
     return sum(len(k) + (len(v) if isinstance(v, str) else 8) for k, v in meta.items())
 
 
-def series(job: Job, executor_id: int | None = None, since: float = 0.0) -> dict[str, Any]:
+def series(job: Job, executor_id: int | None = None, since: float = 0.0) -> Series:
     """A job's progress points per node; ``since`` keeps only later points (a dashboard
     polling for what is new)."""
     nodes = []
@@ -58,17 +59,17 @@ def series(job: Job, executor_id: int | None = None, since: float = 0.0) -> dict
             continue
         slot = job.slots[eid]
         nodes.append(
-            {
-                "executor_id": eid,
-                "role": slot.role,
-                "index": slot.index,
-                "points": [[t, dict(f)] for t, f in points if t > since],
-            }
+            NodeSeries(
+                executor_id=eid,
+                role=slot.role,
+                index=slot.index,
+                points=tuple((t, dict(f)) for t, f in points if t > since),
+            )
         )
-    return {"job": job.id, "state": job.state.value, "nodes": nodes}
+    return Series(job=job.id, state=job.state, nodes=tuple(nodes))
 
 
-def logs(job: Job, executor_id: int = -1, since: int = 0, limit: int = m.MAX_LOGS_REPLY) -> dict[str, Any]:
+def logs(job: Job, executor_id: int = -1, since: int = 0, limit: int = m.MAX_LOGS_REPLY) -> Logs:
     """A job's node output from line ``since`` on, oldest first, at most ``limit`` lines."""
     picked: list[tuple[int, float, int, str, str]] = []
     nodes = []
@@ -77,12 +78,7 @@ def logs(job: Job, executor_id: int = -1, since: int = 0, limit: int = m.MAX_LOG
             continue
         slot = job.slots[eid]
         nodes.append(
-            {
-                "executor_id": eid,
-                "role": slot.role,
-                "index": slot.index,
-                "dropped": job.logs_dropped.get(eid, 0),
-            }
+            LogSource(executor_id=eid, role=slot.role, index=slot.index, dropped=job.logs_dropped.get(eid, 0))
         )
         for seq, t, stream, text in reversed(lines):
             if seq < since:
@@ -91,13 +87,13 @@ def logs(job: Job, executor_id: int = -1, since: int = 0, limit: int = m.MAX_LOG
     picked.sort()
     more = len(picked) > limit
     picked = picked[:limit]
-    return {
-        "job": job.id,
-        "state": job.state.value,
-        "nodes": nodes,
-        "lines": [list(x) for x in picked],
-        "next": picked[-1][0] + 1 if more else max(since, job.log_seq),
-    }
+    return Logs(
+        job=job.id,
+        state=job.state,
+        nodes=tuple(nodes),
+        lines=tuple(picked),
+        next=picked[-1][0] + 1 if more else max(since, job.log_seq),
+    )
 
 
 def trim_logs(job: Job) -> None:
@@ -185,7 +181,7 @@ class Telemetry:
             points.append((ev.now, figures))
         if not job.terminal and (r.usage or r.figures):
             self.waits.wake_watchers(job)
-        self.ledger.reply(ev.waiter)
+        self.ledger.reply(ev.waiter, Ack())
 
     @handles(NodeLogsEvent)
     def node_logs(self, ev: NodeLogsEvent) -> None:
@@ -204,14 +200,14 @@ class Telemetry:
         for text in r.lines:
             lines.append((job.log_seq, ev.now, r.stream, text))
             job.log_seq += 1
-        self.ledger.reply(ev.waiter)
+        self.ledger.reply(ev.waiter, Ack())
 
     @handles(GetLogsEvent)
     def get_logs(self, ev: GetLogsEvent) -> None:
         r = ev.req
         job = self.ledger.job_or_error(r.job, ev.waiter, ev.viewer)
         if job is not None:
-            self.ledger.reply(ev.waiter, **logs(job, r.executor_id, r.since, r.limit))
+            self.ledger.reply(ev.waiter, logs(job, r.executor_id, r.since, r.limit))
 
     def validate(self) -> None:
         for job in self.ledger.jobs.values():

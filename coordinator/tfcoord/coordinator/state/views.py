@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
+from tfcoord.client.replies import JobList, JobStatus, JobSummary, Restart
 from tfcoord.client.vocab import NodeState
 
 from .events import StatusEvent, Viewer, handles
@@ -35,48 +36,64 @@ def cluster_spec(job: Job) -> dict[str, list[str]]:
     return spec
 
 
-def status(job: Job) -> dict[str, Any]:
-    """A JSON-able snapshot of one job."""
-    return {
-        "job": job.id,
-        "name": job.spec.name,
-        "engine": job.spec.engine,
-        "state": job.state.value,
-        "version": job.version,
+def _restart(r: dict[str, Any]) -> Restart:
+    return Restart(
+        generation=r["generation"],
+        at=r["at"],
+        node=r["node"],
+        executor_id=r["executor_id"],
+        cause=r["cause"],
+        exit_code=r["exit_code"],
+        lost=r["lost"],
+    )
+
+
+def status(job: Job) -> JobStatus:
+    """One job's full status."""
+    nodes = tuple(
+        n.status(
+            dict(job.figures.get(n.executor_id, {})),
+            dict(job.usage.get(n.executor_id, {})) if n.live else {},
+        )
+        for n in job.nodes()
+    )
+    missing = tuple(describe_missing(job, s) for s in job.missing())
+    return JobStatus(
+        job=job.id,
+        name=job.spec.name,
+        engine=job.spec.engine,
+        state=job.state,
+        version=job.version,
         # Progress reports taken so far (a watch with ``reports`` waits for more).
-        "reports": job.reports,
-        "size": job.spec.size,
-        "roles": [[r, c] for r, c in job.spec.roles],
-        "labels": dict(job.spec.labels),
-        "launch": job.spec.launch.to_wire() if job.spec.launch is not None else None,
-        "submitted_at": job.submitted_at,
-        "ended_at": job.ended_at,
-        "error": job.error,
-        "stop_reason": job.stop_reason,
-        "reason": job.reason.value,
-        "registered": job.filled,
-        "missing": [describe_missing(job, s) for s in job.missing()],
-        "nodes": [
-            {
-                **n.snapshot(),
-                "figures": dict(job.figures.get(n.executor_id, {})),
-                "usage": dict(job.usage.get(n.executor_id, {})) if n.live else {},
-            }
-            for n in job.nodes()
-        ],
+        reports=job.reports,
+        size=job.spec.size,
+        roles=job.spec.roles,
+        labels=dict(job.spec.labels),
+        launch=job.spec.launch.to_wire() if job.spec.launch is not None else None,
+        submitted_at=job.submitted_at,
+        ended_at=job.ended_at,
+        error=job.error,
+        stop_reason=job.stop_reason,
+        reason=job.reason,
+        registered=job.filled,
+        running=job.in_state.get(NodeState.RUNNING, 0),
+        missing=missing,
+        missing_count=len(missing),
+        nodes=nodes,
         # Earlier attempts without their metadata: what they showed is of no use now,
         # and it is most of a node's size.
-        "history": [{**n.snapshot(), "meta": {}} for s in job.slots for n in s.history],
-        "events": [[t, text] for t, text in job.events],
-        "events_dropped": job.events_dropped,
-        "cluster": cluster_spec(job) if job.spec_blob is not None else None,
-        "generation": job.generation,
-        "max_restarts": job.spec.max_restarts,
-        "restarts": [dict(r) for r in job.restarts],
-    }
+        history=tuple(n.status(meta=False) for s in job.slots for n in s.history),
+        events=tuple(job.events),
+        events_dropped=job.events_dropped,
+        cluster=cluster_spec(job) if job.spec_blob is not None else None,
+        generation=job.generation,
+        max_restarts=job.spec.max_restarts,
+        restarts=tuple(_restart(r) for r in job.restarts),
+        restart_count=len(job.restarts),
+    )
 
 
-def brief(job: Job) -> dict[str, Any]:
+def brief(job: Job) -> JobStatus:
     """A job's status without its nodes, history and timeline: the same keys for the
     job itself, ``running`` and ``missing_count``, and only the first
     ``BRIEF_MISSING`` missing slots. Its size does not grow with the job."""
@@ -90,48 +107,50 @@ def brief(job: Job) -> dict[str, Any]:
     shown = itertools.islice(
         (s for s in itertools.islice(slots, first, None) if s.node is None), BRIEF_MISSING
     )
-    return {
-        "job": job.id,
-        "name": job.spec.name,
-        "engine": job.spec.engine,
-        "state": job.state.value,
-        "version": job.version,
-        "size": job.spec.size,
-        "submitted_at": job.submitted_at,
-        "ended_at": job.ended_at,
-        "error": job.error,
-        "stop_reason": job.stop_reason,
-        "reason": job.reason.value,
-        "registered": job.filled,
-        "running": job.in_state.get(NodeState.RUNNING, 0),
-        "missing": [describe_missing(job, s) for s in shown],
-        "missing_count": job.spec.size - job.filled,
-        "brief": True,
-        "generation": job.generation,
-        "max_restarts": job.spec.max_restarts,
+    return JobStatus(
+        job=job.id,
+        name=job.spec.name,
+        engine=job.spec.engine,
+        state=job.state,
+        version=job.version,
+        size=job.spec.size,
+        submitted_at=job.submitted_at,
+        ended_at=job.ended_at,
+        error=job.error,
+        stop_reason=job.stop_reason,
+        reason=job.reason,
+        registered=job.filled,
+        running=job.in_state.get(NodeState.RUNNING, 0),
+        missing=tuple(describe_missing(job, s) for s in shown),
+        missing_count=job.spec.size - job.filled,
+        brief=True,
+        generation=job.generation,
+        max_restarts=job.spec.max_restarts,
         # The newest restart only: a brief answer's size does not grow with the job.
-        "restarts": [dict(job.restarts[-1])] if job.restarts else [],
-        "restart_count": len(job.restarts),
-    }
+        restarts=(_restart(job.restarts[-1]),) if job.restarts else (),
+        restart_count=len(job.restarts),
+    )
 
 
-def summary(jobs: Iterable[Job], viewer: Viewer = None) -> list[dict[str, Any]]:
+def summary(jobs: Iterable[Job], viewer: Viewer = None) -> JobList:
     """One line per job ``viewer`` may see (every job for None)."""
-    return [
-        {
-            "job": j.id,
-            "name": j.spec.name,
-            "engine": j.spec.engine,
-            "state": j.state.value,
-            "size": j.spec.size,
-            "registered": j.filled,
-            "submitted_at": j.submitted_at,
-            "ended_at": j.ended_at,
-            "error": j.error,
-        }
-        for j in jobs
-        if viewer is None or j.owner == viewer
-    ]
+    return JobList(
+        jobs=tuple(
+            JobSummary(
+                job=j.id,
+                name=j.spec.name,
+                engine=j.spec.engine,
+                state=j.state,
+                size=j.spec.size,
+                registered=j.filled,
+                submitted_at=j.submitted_at,
+                ended_at=j.ended_at,
+                error=j.error,
+            )
+            for j in jobs
+            if viewer is None or j.owner == viewer
+        )
+    )
 
 
 def describe_missing(job: Job, slot: Slot) -> str:
@@ -197,6 +216,6 @@ class Views:
     @handles(StatusEvent)
     def status(self, ev: StatusEvent) -> None:
         if ev.job is None:
-            self.ledger.reply(ev.waiter, jobs=summary(self.ledger.jobs.values(), ev.viewer))
+            self.ledger.reply(ev.waiter, summary(self.ledger.jobs.values(), ev.viewer))
         elif (job := self.ledger.job_or_error(ev.job, ev.waiter, ev.viewer)) is not None:
-            self.ledger.reply(ev.waiter, **status(job))
+            self.ledger.reply(ev.waiter, status(job))

@@ -13,10 +13,10 @@ timeout error.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from tfcoord.client import messages as m
-from tfcoord.client.vocab import NodeState, ErrorCode, WaitKind
+from tfcoord.client.replies import JobStatus, StopAnswer
+from tfcoord.client.vocab import ErrorCode, NodeState, WaitKind
 
 from .events import AwaitJobEvent, AwaitStopEvent, Waiter, handles
 from .jobs import Job, Node, stop_answer
@@ -165,7 +165,7 @@ class Waits:
             if node is None or job.must_stop(node):
                 self.pop(w)
                 self.ledger.reply(
-                    w, **stop_answer(job, job.node(wait.executor_id), wait.attempt, wait.generation)
+                    w, stop_answer(job, job.node(wait.executor_id), wait.attempt, wait.generation)
                 )
 
     def wake_restart(self, job: Job) -> None:
@@ -175,7 +175,7 @@ class Waits:
             wait = self.pending[w]
             if wait.generation < job.generation:
                 self.pop(w)
-                self.ledger.reply(w, **stop_answer(job, None, wait.attempt, wait.generation))
+                self.ledger.reply(w, stop_answer(job, None, wait.attempt, wait.generation))
 
     def wake_watchers(self, job: Job) -> None:
         """Answer the job waits of an ended job, and the watches that have not seen its
@@ -186,13 +186,13 @@ class Waits:
             for w in self.of_job(job.id, K.WATCH)
             if job.version > self.pending[w].version or 0 <= self.pending[w].reports < job.reports
         ]
-        answers: dict[bool, dict[str, Any]] = {}  # each form built once, however many wait
+        answers: dict[bool, JobStatus] = {}  # each form built (and encoded) once, however many wait
         for w in wake:
             wait = self.pop(w)
             assert wait is not None
             if wait.brief not in answers:
                 answers[wait.brief] = brief(job) if wait.brief else status(job)
-            self.ledger.reply(w, **answers[wait.brief])
+            self.ledger.reply(w, answers[wait.brief])
 
     # -- requests -------------------------------------------------------------------------
 
@@ -206,8 +206,8 @@ class Waits:
         answer = stop_answer(job, node, r.attempt, r.generation)
         # A node whose work succeeded waits on (a ps or evaluator serving, a worker of a job
         # that may still restart): its stop comes when the job ends or restarts.
-        if answer["stop"] or (node is not None and not node.live and node.state != NodeState.SUCCEEDED):
-            self.ledger.reply(ev.waiter, **answer)
+        if answer.stop or (node is not None and not node.live and node.state != NodeState.SUCCEEDED):
+            self.ledger.reply(ev.waiter, answer)
         else:
             wait = Wait(
                 K.STOP, job.id, ev.now + r.timeout_s, r.executor_id, r.attempt, generation=r.generation
@@ -222,13 +222,13 @@ class Waits:
             return
         if isinstance(r, m.WatchJob):
             if job.version > r.version or job.terminal or 0 <= r.reports < job.reports:
-                self.ledger.reply(ev.waiter, **(brief(job) if r.brief else status(job)))
+                self.ledger.reply(ev.waiter, brief(job) if r.brief else status(job))
             else:
                 deadline = ev.now + r.timeout_s
                 watch = Wait(K.WATCH, job.id, deadline, version=r.version, brief=r.brief, reports=r.reports)
                 self.add(ev.waiter, watch)
         elif job.terminal:
-            self.ledger.reply(ev.waiter, **status(job))
+            self.ledger.reply(ev.waiter, status(job))
         else:
             self.add(ev.waiter, Wait(K.JOB, job.id, ev.now + r.timeout_s))
 
@@ -255,9 +255,9 @@ class Waits:
                 f"cluster of job {job.id} not complete before the deadline; still missing: {missing}",
             )
         elif wait.kind == K.STOP:
-            self.ledger.reply(waiter, stop=False, reason="", job_state=job.state.value)
+            self.ledger.reply(waiter, StopAnswer(stop=False, reason="", job_state=job.state))
         elif wait.kind == K.WATCH:
-            self.ledger.reply(waiter, **(brief(job) if wait.brief else status(job)))
+            self.ledger.reply(waiter, brief(job) if wait.brief else status(job))
         else:
             self.ledger.error(
                 waiter, ErrorCode.TIMEOUT, f"job {job.id} is still {job.state.value} at the deadline"
