@@ -162,6 +162,23 @@ def _recover_task(t: _Task, slot: s.Slot) -> None:
     t.placements = 1
 
 
+def _never_ran(t: _Task, status: dict[str, Any], job: s.Job | None) -> bool:
+    """Does a terminal update say the master never ran this launch (the offer was gone), so
+    the task is placed again rather than its node failed? Not if a node registered from it."""
+    if t.started or t.placements >= MAX_PLACEMENTS:
+        return False
+    if status.get("state") not in _NEVER_RAN_STATES or status.get("reason") not in _NEVER_RAN_REASONS:
+        return False
+    node = job.slots[t.executor_id].node if job is not None else None
+    return node is None or node.task_id != t.task_id  # a node that registered from it did run
+
+
+def _task_states(tasks: list[_Task]) -> dict[tuple[str, int], dict[str, str]]:
+    return {
+        (t.role, t.index): {"task_id": t.task_id, "state": t.state, "agent_id": t.agent_id} for t in tasks
+    }
+
+
 @dataclass
 class _Job:
     id: str
@@ -748,7 +765,7 @@ class MesosEngine:
                 self._forget(job)
             return
         message = str(status.get("message") or status.get("reason") or "")
-        if terminal and self._never_ran(t, status):
+        if terminal and _never_ran(t, status, self.server.state.jobs.get(t.job)):
             self.counters["relaunches"] += 1
             self._tasks.pop(tid, None)
             t.state = "PENDING"
@@ -758,15 +775,6 @@ class MesosEngine:
             self._revive()
             return
         self._apply(t.update(state, message, task_id=tid, ended=terminal))
-
-    def _never_ran(self, t: _Task, status: dict[str, Any]) -> bool:
-        if t.started or t.placements >= MAX_PLACEMENTS:
-            return False
-        if status.get("state") not in _NEVER_RAN_STATES or status.get("reason") not in _NEVER_RAN_REASONS:
-            return False
-        job = self.server.state.jobs.get(t.job)
-        node = job.slots[t.executor_id].node if job is not None else None
-        return node is None or node.task_id != t.task_id  # a node that registered from it did run
 
     # -- for drivers and benchmarks -----------------------------------------------------
 
@@ -778,12 +786,7 @@ class MesosEngine:
         """(role, index) → the slot's current Mesos task: ``task_id``, ``state``, ``agent_id``
         (``state`` is PENDING before its launch)."""
         job = self._jobs.get(job_id)
-        if job is None:
-            return {}
-        return {
-            (t.role, t.index): {"task_id": t.task_id, "state": t.state, "agent_id": t.agent_id}
-            for t in job.tasks
-        }
+        return _task_states(job.tasks) if job is not None else {}
 
     def job_stats(self, job_id: str) -> dict[str, Any]:
         """When the job's tasks were all launched, and in how many offer rounds."""
