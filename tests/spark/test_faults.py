@@ -139,10 +139,9 @@ def test_a_killed_supervisor_takes_map_fun_and_tensorboard_with_it(sc, tmp_path)
             cluster.shutdown()
 
 
-def test_a_killed_tensorflow_process_restarts_the_cluster_which_resumes_from_its_checkpoint(sc, tmp_path):
-    """With ``max_restarts``, the same kill restarts the whole cluster as generation 1: the
-    survivor is told by push to stop and rejoin, the killed node's supervisor runs map_fun
-    again, both restore their CheckpointManager and finish; the job SUCCEEDS (issue 25)."""
+def _held_at_step_5(sc, tmp_path) -> tuple[tfs.SparkCluster, int]:
+    """Two checkpointed trainers with one restart allowed, once worker 1 holds at step 5 of
+    generation 0 (it hands its pid through a FIFO); returns the cluster and that pid."""
     for name in ("hold", "never"):
         os.mkfifo(tmp_path / name)
     cluster = tfs.run(
@@ -154,8 +153,15 @@ def test_a_killed_tensorflow_process_restarts_the_cluster_which_resumes_from_its
         max_restarts=1,
         restart_backoff_s=0.2,
     )
-    with open(tmp_path / "hold") as fifo:  # worker 1 is at step 5 of generation 0
-        pid = int(fifo.read())
+    with open(tmp_path / "hold") as fifo:
+        return cluster, int(fifo.read())
+
+
+def test_a_killed_tensorflow_process_restarts_the_cluster_which_resumes_from_its_checkpoint(sc, tmp_path):
+    """With ``max_restarts``, the same kill restarts the whole cluster as generation 1: the
+    survivor is told by push to stop and rejoin, the killed node's supervisor runs map_fun
+    again, both restore their CheckpointManager and finish; the job SUCCEEDS (issue 25)."""
+    cluster, pid = _held_at_step_5(sc, tmp_path)
     os.kill(pid, signal.SIGKILL)
     status = cluster.shutdown()
     assert status.state == "SUCCEEDED" and status.generation == 1
@@ -181,19 +187,7 @@ def test_a_killed_executor_jvm_restarts_the_cluster_on_a_replacement_executor(sc
     """The executor JVM of worker 1 SIGKILLed mid-training: Spark's standalone worker starts a
     replacement executor and retries the task there; the retry joins generation 1 as the
     slot's next attempt, the survivor rejoins, and both resume from their checkpoints."""
-    for name in ("hold", "never"):
-        os.mkfifo(tmp_path / name)
-    cluster = tfs.run(
-        sc,
-        mapfuns.checkpointed_training,
-        args_for(tmp_path, hold_at=5),
-        num_executors=2,
-        num_ps=0,
-        max_restarts=1,
-        restart_backoff_s=0.2,
-    )
-    with open(tmp_path / "hold") as fifo:  # worker 1 is at step 5 of generation 0
-        int(fifo.read())
+    cluster, _ = _held_at_step_5(sc, tmp_path)
     victim = next(n for n in cluster.driver.status(cluster.job).nodes if n.index == 1)
     os.kill(_executor_jvm(int(victim.meta["pid"])), signal.SIGKILL)
     status = cluster.shutdown()
