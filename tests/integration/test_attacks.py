@@ -8,6 +8,7 @@ state-machine tests in tests/unit/test_state.py; 10 is in tests/unit/test_protoc
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -386,3 +387,34 @@ def test_sockets_that_never_start_tls_are_counted_in_the_handshake_budgets():
                 sock.close()
         wait_until(lambda: counted() == 0)  # closed before TLS: uncounted
         assert coord.call(lambda: coord.server.unauthenticated) == 0
+
+
+def test_one_client_address_cannot_take_every_http_connection_and_the_503_is_exact():
+    """N10: the HTTP cap was shared by all sources, so one client could hold it all; and the
+    503's Content-Length said 85 for an 84-byte body. Now each address has its share, the
+    others still get in, and every 503 is a whole, exact HTTP answer."""
+    with EmbeddedCoordinator(plaintext=True) as coord:
+        port = coord.start_http(TOKEN, max_connections=16, max_per_client=3)
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as over:
+                answer = b""
+                while chunk := over.recv(4096):
+                    answer += chunk
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503")
+            length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+            assert length == len(body)
+            assert json.loads(body)["error"] == "too_many_connections"
+            assert b"from this address" in body
+            # Another address (a second loopback address) is served meanwhile.
+            other = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=("127.0.0.2", 0))
+            with other:
+                other.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert other.recv(4096).startswith(b"HTTP/1.1 200")
+        finally:
+            for s in held:
+                s.close()
+        # Its connections closed, the first address is served again.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            assert r.status == 200

@@ -270,8 +270,8 @@ class EmbeddedCoordinator:
 
         With TLS configured (``ssl_context=``), the HTTP API is served over the same context.
         A second call with the same arguments returns the same port. ``admin_token`` holders
-        may also stop jobs (the dashboard's stop button). ``limits`` are ``max_connections``
-        and ``keepalive_timeout_s`` of :func:`tfcoord.coordinator.http.start_http`.
+        may also stop jobs (the dashboard's stop button). ``limits`` are ``max_connections``,
+        ``max_per_client`` and ``keepalive_timeout_s`` of :func:`tfcoord.coordinator.http.start_http`.
 
         Raises:
             ValueError: the HTTP API already serves with another token, host or port; one

@@ -583,29 +583,65 @@ def make_app(
     return app
 
 
+#: HTTP connections one client address may hold at once: a browser opens six per host, a
+#: Prometheus scraper or a script a few; a client past it is answered 503 while others still
+#: get in, so no one client can take the whole ``max_connections`` budget.
+DEFAULT_MAX_HTTP_CONNECTIONS_PER_CLIENT = 32
+
+
+def _busy_reply(message: str) -> bytes:
+    """A whole 503 answer (its Content-Length counted from the body it sends)."""
+    body = json.dumps({"error": ErrorCode.TOO_MANY_CONNECTIONS.value, "message": message}).encode() + b"\n"
+    return (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        + b"Connection: close\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
+_BUSY = _busy_reply("too many HTTP connections; retry later")
+_BUSY_CLIENT = _busy_reply("too many HTTP connections from this address; close some, then retry")
+
+
 class _Busy(asyncio.Protocol):
     """What a connection over the HTTP cap gets: a 503 and a close, costing no handler."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        transport.write(
-            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            b"Connection: close\r\nContent-Length: 85\r\n\r\n"
-            b'{"error":"too_many_connections","message":"too many HTTP connections; retry later"}\n'
-        )
+        transport.write(_BUSY)
         transport.close()
 
 
 class _CountedHandler(RequestHandler):
     """aiohttp's handler, counted from creation to loss (see :class:`_CappedSite`)."""
 
-    __slots__ = ("__weakref__", "lost")
+    __slots__ = ("__weakref__", "lost", "peer", "site")
 
-    def __init__(self, manager: web.Server, **kw: Any) -> None:
+    def __init__(self, manager: web.Server, site: _CappedSite, **kw: Any) -> None:
         super().__init__(manager, **kw)
         self.lost = False
+        self.site = site
+        self.peer: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        host = str(peer[0]) if isinstance(peer, tuple) and peer else None
+        if host is not None and not self.site.admit(host):
+            # Over its address's share: answered and closed before any request is read.
+            self.lost = True
+            self.site.refused += 1
+            assert isinstance(transport, asyncio.Transport)
+            transport.write(_BUSY_CLIENT)
+            transport.close()
+            return
+        self.peer = host
+        super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        if not self.lost and self.peer is not None:
+            self.site.release(self.peer)
         self.lost = True
         super().connection_lost(exc)
 
@@ -620,11 +656,37 @@ class _CappedSite(web.TCPSite):
     freed, so such failures cannot wear the cap down.
     """
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, max_connections: int, **kw: Any) -> None:
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        max_connections: int,
+        max_per_client: int = DEFAULT_MAX_HTTP_CONNECTIONS_PER_CLIENT,
+        **kw: Any,
+    ) -> None:
         super().__init__(runner, host, port, **kw)
         self.max_connections = max_connections
+        self.max_per_client = max_per_client
         self._handlers: weakref.WeakSet[_CountedHandler] = weakref.WeakSet()
+        #: Connections held per client address (bounded: at most ``max_connections`` keys).
+        self._per_client: dict[str, int] = {}
         self.refused = 0
+
+    def admit(self, host: str) -> bool:
+        """Count a connection from ``host`` unless it holds its share already."""
+        held = self._per_client.get(host, 0)
+        if held >= self.max_per_client:
+            return False
+        self._per_client[host] = held + 1
+        return True
+
+    def release(self, host: str) -> None:
+        held = self._per_client.get(host, 0) - 1
+        if held > 0:
+            self._per_client[host] = held
+        else:
+            self._per_client.pop(host, None)
 
     @property
     def open(self) -> int:
@@ -643,7 +705,7 @@ class _CappedSite(web.TCPSite):
             if self.open >= self.max_connections:
                 self.refused += 1
                 return _Busy()
-            handler = _CountedHandler(server, loop=loop, **handler_kw)
+            handler = _CountedHandler(server, self, loop=loop, **handler_kw)
             self._handlers.add(handler)
             return handler
 
@@ -664,6 +726,7 @@ async def start_http(
     token: bytes,
     ssl_context: ssl.SSLContext | None = None,
     max_connections: int = DEFAULT_MAX_HTTP_CONNECTIONS,
+    max_per_client: int = DEFAULT_MAX_HTTP_CONNECTIONS_PER_CLIENT,
     keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
     archive_auth: tuple[str, str] | None = None,
     admin_token: bytes | None = None,
@@ -671,7 +734,7 @@ async def start_http(
     """Serve the HTTP API for ``server`` on the running loop; returns the runner and bound port.
 
     Port 0 picks a free port. At most ``max_connections`` connections are served at once,
-    and each must send a whole request within ``keepalive_timeout_s``. ``admin_token``
+    at most ``max_per_client`` of them from one client address, and each must send a whole request within ``keepalive_timeout_s``. ``admin_token``
     holders may also stop jobs. Stop it with ``await runner.cleanup()`` before closing the
     server.
     """
@@ -683,7 +746,9 @@ async def start_http(
     )
     await runner.setup()
     try:
-        site = _CappedSite(runner, host, port, max_connections, ssl_context=ssl_context, reuse_address=True)
+        site = _CappedSite(
+            runner, host, port, max_connections, max_per_client, ssl_context=ssl_context, reuse_address=True
+        )
         await site.start()
     except BaseException:
         await runner.cleanup()

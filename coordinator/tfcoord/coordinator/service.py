@@ -112,6 +112,8 @@ class HttpConfig:
     #: Connections served at once, and the deadline for a whole request (None: the
     #: defaults of ``tfcoord.coordinator.http.start_http``).
     max_connections: int | None = None
+    #: Connections one client address may hold (None: http's default).
+    max_per_client: int | None = None
     keepalive_timeout_s: float | None = None
     #: The node archive's download credential (user, password); None derives one from the
     #: coordinator secret (:func:`archive_password`).
@@ -362,6 +364,7 @@ class CoordinatorService:
                 keepalive_timeout_s=(
                     KEEPALIVE_TIMEOUT_S if http.keepalive_timeout_s is None else http.keepalive_timeout_s
                 ),
+                **({} if http.max_per_client is None else {"max_per_client": http.max_per_client}),
                 archive_auth=http.archive_auth or (ARCHIVE_USER, archive_password(self.config.server.secret)),
                 admin_token=http.admin_token,
             )
