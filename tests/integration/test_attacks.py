@@ -418,3 +418,50 @@ def test_one_client_address_cannot_take_every_http_connection_and_the_503_is_exa
         # Its connections closed, the first address is served again.
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             assert r.status == 200
+
+
+def test_a_member_of_a_job_cannot_act_as_another_node_of_it():
+    """N1: the job token is every member's, so it cannot tell them apart. A second holder of it
+    (a compromised executor) tries to report, heartbeat, publish metadata and progress for
+    another node's slot over a connection of its own, and to take its registration: each is
+    refused (not_slot_holder) and counted; the node itself goes on, and after a reconnect it
+    proves itself with its credential."""
+    with EmbeddedCoordinator(plaintext=True) as coord, DriverClient(coord.address, coord.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(2)))
+        token = d.job_token(job)
+        nodes = [NodeClient(coord.address, token, job, i).connect() for i in range(2)]
+        intruder = NodeClient(coord.address, token, job, 1).connect()  # speaks for worker:1's slot
+        try:
+            for i, n in enumerate(nodes):
+                n.register("127.0.0.1", 7300 + i)
+            for n in nodes:
+                n.await_cluster(10)
+                n.report("RUNNING")
+            for attack in (
+                lambda: intruder.report("SUCCEEDED"),
+                lambda: intruder.report("FAILED", error="forged"),
+                lambda: intruder.heartbeat(meta={"tensorboard_url": "http://evil.example/"}),
+                lambda: intruder.progress({"loss": 0.0}),
+                lambda: intruder.register("127.0.0.1", 7301),  # a copy of worker:1's registration
+            ):
+                with pytest.raises(RequestRejected) as refused:
+                    attack()
+                assert refused.value.code == "not_slot_holder", refused.value
+            st = d.status(job)
+            victim = next(n for n in st.nodes if n.index == 1)
+            assert (st.state, victim.state, victim.tensorboard_url) == ("RUNNING", "RUNNING", None)
+            assert coord.server.state.not_holder == 5
+            # The node itself, on a new connection (as after a reconnect), proves itself with
+            # the credential its registration returned, and finishes its work there.
+            again = NodeClient(coord.address, token, job, 1).connect()
+            again.credential = nodes[1].credential
+            try:
+                assert again.heartbeat().stop is False
+                nodes[0].report("SUCCEEDED")
+                again.report("SUCCEEDED")
+            finally:
+                again.close()
+            assert d.await_job(job, timeout_s=10).state == "SUCCEEDED"
+        finally:
+            for c in (*nodes, intruder):
+                c.close()

@@ -144,11 +144,19 @@ def report(
 
 
 def heartbeat(
-    eid: int, job: str = "j", *, attempt: int = 0, meta: dict[str, Any] | None = None, now: float = T0
+    eid: int,
+    job: str = "j",
+    *,
+    attempt: int = 0,
+    meta: dict[str, Any] | None = None,
+    credential: str = "",
+    now: float = T0,
 ) -> s.HeartbeatNode:
     conn = node_conn(eid, attempt)
     w = waiter(conn)
-    req = m.Heartbeat(id=w[1], job=job, executor_id=eid, attempt=attempt, meta=meta or {})
+    req = m.Heartbeat(
+        id=w[1], job=job, executor_id=eid, attempt=attempt, meta=meta or {}, credential=credential
+    )
     return s.HeartbeatNode(now=now, req=req, conn=conn, waiter=w)
 
 

@@ -245,6 +245,10 @@ class Harness:
         **fields: Any,
     ) -> Call:
         conn = node_conn(eid, attempt) if conn is None else conn
+        # As a NodeClient does: every request carries the credential its registration returned.
+        held = self.state.jobs[job].node(eid) if job in self.state.jobs else None
+        if held is not None and held.attempt == attempt:
+            fields.setdefault("credential", held.credential)
         return self._call(
             conn,
             lambda w: event(
@@ -491,6 +495,7 @@ def test_the_same_registration_again_gets_the_same_answer(h: Harness) -> None:
     h.submit()
     first = h.register(0, gpus=("GPU-0",), task_id="t0").result
     journaled = len(h.journal)
+    h.disconnect(node_conn(0))  # the node lost its connection, and registers again on a new one
     again = h.register(0, gpus=("GPU-0",), task_id="t0", conn=999, now=T0 + 5)
     assert again.result == first
     assert len(h.journal) == journaled  # nothing changed worth journaling

@@ -23,7 +23,8 @@ from tfcoord.client.vocab import ErrorCode, FailureReason, JobState, NodeState
 from tfcoord.coordinator import state as s
 
 
-def registered(ev: s.RegisterNode, state: str, index: int | None = None) -> s.Send:
+def registered(ev: s.RegisterNode, state: str, sm: Machine, index: int | None = None) -> s.Send:
+    """The answer to registration ``ev``: its slot, and the credential of the node holding it."""
     return reply(
         ev,
         job="j",
@@ -35,6 +36,7 @@ def registered(ev: s.RegisterNode, state: str, index: int | None = None) -> s.Se
         generation=0,
         restarts=0,
         max_restarts=0,
+        credential=sm.node(ev.req.executor_id).credential,
     )
 
 
@@ -46,7 +48,7 @@ def test_the_first_registration_is_journaled_and_starts_the_reservation() -> Non
         s.Journal(s.RegisterNode(now=T0, req=ev.req)),
         s.Log("j", "job SUBMITTED -> RESERVING", state="RESERVING"),
         s.Log("j", "worker:0 REGISTERED from host0:2000 (task t-0)", node="worker:0", state="REGISTERED"),
-        registered(ev, "RESERVING"),
+        registered(ev, "RESERVING", sm),
     ]
     # The node's liveness deadline, then the reservation's.
     assert sm.state.next_deadline() == T0 + TWO_WORKERS.heartbeat_timeout_s
@@ -67,7 +69,7 @@ def test_the_last_registration_forms_the_cluster_and_the_completion_goes_on_by_e
         s.Log("j", "worker:1 REGISTERED from host1:2001", node="worker:1", state="REGISTERED"),
         s.Log("j", "job RESERVING -> READY", state="READY"),
         s.Continue("j"),
-        registered(last, "READY"),
+        registered(last, "READY", sm),
     ]
     effects = sm(s.CompleteCluster(now=T0, job="j"))
     assert kinds(effects) == ["Log", "Send", "Log", "Journal"]
@@ -104,7 +106,7 @@ def test_the_same_node_again_gets_the_same_answer_and_nothing_changes() -> None:
     first = register(0)
     sm(first)
     again = register(0, now=T0 + 5)
-    assert sm(again) == [registered(again, "RESERVING")]
+    assert sm(again) == [registered(again, "RESERVING", sm)]
     assert sm.node(0).last_seen == T0 + 5
 
 

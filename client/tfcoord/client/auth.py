@@ -61,6 +61,13 @@ def job_token(secret: bytes, job: str, owner: bytes = b"") -> bytes:
     return hmac.new(secret, b"tfcoord job token\0" + job.encode() + b"\0" + owner, hashlib.sha256).digest()
 
 
+def credential_key(secret: bytes) -> bytes:
+    """The key of the node credentials a coordinator hands out at registration (each binds a
+    node to its slot, attempt and generation): derived from the coordinator secret, so a
+    restarted coordinator hands out the same ones, and no node can make another's."""
+    return hmac.new(secret, b"tfcoord node credential", hashlib.sha256).digest()
+
+
 def client_proof(key: bytes, nonce: bytes, role: str, job: str | None, owner_key: bytes = b"") -> bytes:
     context = b"tfcoord hello\0" + role.encode() + b"\0" + (job or "").encode() + b"\0" + owner_key + b"\0"
     # hmac.digest: OpenSSL's one-shot HMAC, the same bytes as hmac.new(...).digest() for less.

@@ -757,6 +757,9 @@ class NodeClient(Client):
         self.attempt = attempt
         #: The cluster generation this node registered in (sent with every later request).
         self.generation = 0
+        #: What the registration answered this node proves itself with after a reconnect
+        #: (sent with every later request; never logged).
+        self.credential = ""
         #: The generation the next registration joins: -1, the job's current one.
         self._join = -1
         #: Told to stop because the job restarted: the generation to rejoin, and after how long.
@@ -777,6 +780,7 @@ class NodeClient(Client):
             "executor_id": self.executor_id,
             "attempt": self.attempt,
             "generation": self.generation,
+            "credential": self.credential,
         }
 
     def register(
@@ -804,10 +808,11 @@ class NodeClient(Client):
                 task_id=task_id,
                 meta=dict(meta or {}),
                 generation=join,
+                credential=self.credential,
             )
         )
         reg = Registration.decode(_result(reply))
-        self.generation = reg.generation
+        self.generation, self.credential = reg.generation, reg.credential
         if self._rewatch:
             self._rewatch = False
             self._watch_stop()

@@ -42,6 +42,8 @@ MAX_NODES_PER_JOB = 100_000
 #: A job restarts its cluster at most this often (``JobSpec.max_restarts``): generations are
 #: kept in each slot's history and the job's timeline, both bounded.
 MAX_RESTARTS = 100
+#: A node's credential for its slot (see ``Register``): 32 bytes, as hex.
+CREDENTIAL_HEX = 64
 #: GPUs a single node may claim (a DGX has 8-16; leave room).
 MAX_GPUS_PER_NODE = 64
 #: Metadata entries per node (TensorBoard URL, pid, Spark task attempt, ...).
@@ -173,6 +175,15 @@ def _seconds(lo: float = 0.0, hi: float = MAX_TIMEOUT_S) -> Callable[[Any], None
             raise ValueError(f"is {v}; it must be between {lo} and {hi} seconds")
 
     return check
+
+
+def _credential(v: Any) -> None:
+    if (
+        not isinstance(v, str)
+        or len(v) not in (0, CREDENTIAL_HEX)
+        or not all(c in "0123456789abcdef" for c in v)
+    ):
+        raise ValueError(f"must be empty or {CREDENTIAL_HEX} lower-case hex digits")
 
 
 def _bytes(exact: int) -> Callable[[Any], None]:
@@ -802,6 +813,9 @@ class Register(Request):
     #: afresh: a first launch, a Spark task retry, a relaunched process); N, a node that
     #: was told to rejoin generation N after a restart. The answer says which it got.
     generation: int = _f(_int(-1, MAX_RESTARTS), default=-1)
+    #: The credential a previous answer to this registration handed the node (a node resending
+    #: its registration from a new connection proves it is the same node); "" the first time.
+    credential: str = _f(_credential, default="")
 
 
 @dataclass(frozen=True)
@@ -812,6 +826,10 @@ class NodeRequest(Request):
     #: The generation the node registered in: a message of an older one is refused.
     #: (Keyword-only: the requests below add fields without defaults.)
     generation: int = _f(_int(0, MAX_RESTARTS), default=0, kw_only=True)
+    #: The credential the node's registration answered with: a node speaking from another
+    #: connection than the one it registered on (it reconnected) proves with it that it is
+    #: the slot's node. "" from the registering connection itself.
+    credential: str = _f(_credential, default="", kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -578,6 +578,9 @@ class Registration(Answer):
     generation: int = 0
     restarts: int = 0
     max_restarts: int = 0
+    #: This node's credential for its slot (hex): it proves the node is the slot's holder
+    #: when it speaks from another connection (after a reconnect). Never shown anywhere.
+    credential: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

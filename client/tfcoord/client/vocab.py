@@ -111,6 +111,9 @@ class ErrorCode(enum.StrEnum):
     #: The job restarted its cluster as a newer generation: a node of an older one must exit
     #: (or, told by its stop answer, rejoin the new one).
     STALE_GENERATION = "stale_generation"
+    #: A message for a node's slot from another connection of the job, without the credential
+    #: its registration handed to the node: only that node may speak for its slot.
+    NOT_SLOT_HOLDER = "not_slot_holder"
     ALREADY_TERMINAL = "already_terminal"
     # The job or the node is past the point where the request makes sense.
     JOB_STOPPING = "job_stopping"

@@ -97,6 +97,12 @@ class _StateCollector(Collector):
             "each closed its connection.",
             value=srv.rejected_frames,
         )
+        yield CounterMetricFamily(
+            "tfcoord_not_slot_holder",
+            "Node messages refused for speaking for a slot from another connection without that "
+            "node's credential (a member of a job acting as another).",
+            value=srv.state.not_holder,
+        )
         c = CounterMetricFamily(
             "tfcoord_auth_failures",
             "Failed authentications: TCP handshakes with a wrong proof, HTTP requests with a "

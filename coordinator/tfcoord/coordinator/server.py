@@ -690,6 +690,7 @@ class CoordinatorServer:
         #: jobs are admitted, those of other coordinator engines refused.
         self.engine_names = engines
         self.state = state or s.CoordinatorState(config.keep_finished_jobs, config.keep_finished_s)
+        self.state.set_credential_key(auth.credential_key(config.secret))
         self.journal = journal or MemoryJournal()
         self.peers: dict[int, _Peer] = {}
         #: Peers' TLS handshakes under way (see ``_Peer._start_tls``).

@@ -57,6 +57,9 @@ class Node:
     generation: int = 0
     #: How its work ended, as it reported (negative: the signal that ended it).
     exit_code: int = 0
+    #: What this node proves itself with when it speaks from another connection than its
+    #: registration's (see ``Ledger.credential``): hex, never shown.
+    credential: str = ""
 
     @property
     def live(self) -> bool:

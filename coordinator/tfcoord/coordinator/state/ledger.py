@@ -10,6 +10,9 @@ liveness deadline.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 from tfcoord.client import messages as m
 from tfcoord.client.replies import Answer
 from tfcoord.client.vocab import TERMINAL_NODE, ErrorCode, FailureReason, JobState, NodeState
@@ -56,6 +59,13 @@ class Ledger:
         #: never drive the same GPU. Per job, because GPU ids are what nodes say of
         #: themselves: a claim of one job must never refuse (or name) another job's nodes.
         self.gpu_owner: dict[GpuClaim, int] = {}
+        #: Keys the nodes' credentials (the server sets it from its secret): a credential is
+        #: HMAC(key, job, slot, attempt, generation), so a replayed journal gives every node the
+        #: credential it had, and no other node of the job (which knows only the job token)
+        #: can make it.
+        self.credential_key = b""
+        #: Messages refused because they spoke for a slot they do not hold (impersonation).
+        self.not_holder = 0
 
     # -- effects --------------------------------------------------------------------------
 
@@ -175,6 +185,40 @@ class Ledger:
             node=node.name,
             state=new.value,
         )
+
+    def credential(self, job: Job, executor_id: int, attempt: int, generation: int) -> str:
+        """The credential of one attempt of one slot in one generation of ``job``."""
+        msg = f"{job.id}\0{executor_id}\0{attempt}\0{generation}".encode()
+        return hmac.new(self.credential_key, msg, hashlib.sha256).hexdigest()
+
+    def holder(self, job: Job, node: Node, conn: int | None, credential: str, waiter: Waiter | None) -> bool:
+        """Does this message come from ``node`` itself: from the connection it is bound to, or
+        with its credential (after a reconnect)? Else it is refused, counted and noted: another
+        member of the job (which holds the same token) must not speak for this node's slot, as
+        a kubelet may touch only its own Node. A replayed event (no connection) is its own."""
+        if (
+            conn is None
+            or conn == node.conn
+            or (credential and hmac.compare_digest(credential, node.credential))
+        ):
+            return True
+        self.not_holder += 1
+        # Logged, not added to the timeline: a member flooding such messages must not churn
+        # what the job's watchers see.
+        self.emit(
+            Log(
+                job.id,
+                f"refused a message for {node.describe()} from another connection of the job",
+                node.name,
+            )
+        )
+        self.error(
+            waiter,
+            ErrorCode.NOT_SLOT_HOLDER,
+            f"{node.describe()} speaks from another connection; a node may act only for its own slot "
+            "(a reconnected node proves itself with the credential its registration returned)",
+        )
+        return False
 
     def bind(self, job: Job, node: Node, conn: int | None) -> None:
         """Note that ``node`` now speaks through connection ``conn`` (it is connected)."""

@@ -350,6 +350,8 @@ class Lifecycle:
         if found is None:
             return
         job, node = found
+        if not self.ledger.holder(job, node, ev.conn, r.credential, ev.waiter):
+            return
         if ev.conn is not None:
             self.ledger.bind(job, node, ev.conn)
             node.last_seen = ev.now

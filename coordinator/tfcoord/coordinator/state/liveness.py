@@ -56,6 +56,8 @@ class Liveness:
             return
         node = job.node(r.executor_id)
         if node is not None and node.attempt == r.attempt and node.generation == r.generation:
+            if not self.ledger.holder(job, node, ev.conn, r.credential, ev.waiter):
+                return  # a heartbeat from another member must not keep (or take) this slot
             self.ledger.bind(job, node, ev.conn)
             node.last_seen = ev.now
             if node.live:

@@ -71,6 +71,15 @@ class CoordinatorState:
 
     # -- public ---------------------------------------------------------------------------
 
+    def set_credential_key(self, key: bytes) -> None:
+        """Key the nodes' credentials (the server derives it from its secret); before any event."""
+        self.ledger.credential_key = key
+
+    @property
+    def not_holder(self) -> int:
+        """Messages refused for speaking for a slot they do not hold (see ``Ledger.holder``)."""
+        return self.ledger.not_holder
+
     def handle(self, event: Event) -> list[Effect]:
         """Apply one event; return the effects to carry out, in order."""
         effects: list[Effect] = []

@@ -50,6 +50,7 @@ def registration(job: Job, node: Node) -> Registered:
         generation=node.generation,
         restarts=len(job.restarts),
         max_restarts=job.spec.max_restarts,
+        credential=node.credential,
     )
 
 
@@ -207,7 +208,11 @@ class Registration:
         r = ev.req
         same = (cur.host, cur.port, cur.task_id, cur.gpus) == (r.host, r.port, r.task_id, r.gpus)
         if r.attempt == cur.attempt and same:
-            # The same node again, after a reconnect: the same answer, nothing changes.
+            # The same node again, after a reconnect: the same answer, nothing changes. From a
+            # connection of its own while the node still holds one, it must prove it is that
+            # node (a member of the job could copy a registration to take its credential).
+            if cur.conn is not None and not self.ledger.holder(job, cur, ev.conn, r.credential, ev.waiter):
+                return True
             if cur.live:
                 self.ledger.bind(job, cur, ev.conn)
                 cur.last_seen = ev.now
@@ -270,6 +275,7 @@ class Registration:
             registered_at=ev.now,
             last_seen=ev.now,
             generation=job.generation,
+            credential=ledger.credential(job, r.executor_id, r.attempt, job.generation),
         )
         ledger.bind(job, node, ev.conn)
         if slot.node is None:
@@ -363,6 +369,8 @@ class Registration:
         if found is None:
             return
         job, node = found
+        if not self.ledger.holder(job, node, ev.conn, r.credential, ev.waiter):
+            return
         self.ledger.bind(job, node, ev.conn)
         if job.spec_blob is not None and not (job.terminal and job.state != J.SUCCEEDED):
             self.ledger.send(

@@ -150,7 +150,10 @@ class Telemetry:
         if job is None:
             return None
         executor_id, attempt = r.executor_id, r.attempt
-        if job.current(executor_id, attempt, r.generation) is None:
+        node = job.current(executor_id, attempt, r.generation)
+        if node is not None and not self.ledger.holder(job, node, ev.conn, r.credential, ev.waiter):
+            return None
+        if node is None:
             self.ledger.error(
                 ev.waiter,
                 ErrorCode.NOT_REGISTERED,

@@ -203,6 +203,9 @@ class Waits:
         if job is None:
             return
         node = job.node(r.executor_id)
+        current = job.current(r.executor_id, r.attempt, r.generation)
+        if current is not None and not self.ledger.holder(job, current, ev.conn, r.credential, ev.waiter):
+            return
         answer = stop_answer(job, node, r.attempt, r.generation)
         # A node whose work succeeded waits on (a ps or evaluator serving, a worker of a job
         # that may still restart): its stop comes when the job ends or restarts.
