@@ -421,10 +421,14 @@ class Client:
                         # field refuses more than the first request asked (MAX_TIMEOUT_S).
                         left = p.deadline - REPLY_SLACK_S - now
                         msg = dataclasses.replace(msg, timeout_s=min(msg.timeout_s, max(0.0, left)))  # type: ignore[call-arg]
-                    sock.sendall(Connection().send(msg))
+                    sock.sendall(Connection().send(self._resent(msg)))
             except OSError as e:  # lost again at once: the reader sees it and reconnects again
                 log.info("resending to %s failed (%s)", self.address, e)
         return True
+
+    def _resent(self, msg: m.Message) -> m.Message:
+        """A pending request as it is sent again on a new connection (see NodeClient)."""
+        return msg
 
     def _deliver(self, msg: m.Message) -> None:
         if isinstance(msg, m.Error) and msg.id is None:
@@ -760,6 +764,8 @@ class NodeClient(Client):
         #: What the registration answered this node proves itself with after a reconnect
         #: (sent with every later request; never logged).
         self.credential = ""
+        #: The connection (counted by ``reconnects``) the registration came on; None: not yet.
+        self._registered_on: int | None = None
         #: The generation the next registration joins: -1, the job's current one.
         self._join = -1
         #: Told to stop because the job restarted: the generation to rejoin, and after how long.
@@ -780,8 +786,19 @@ class NodeClient(Client):
             "executor_id": self.executor_id,
             "attempt": self.attempt,
             "generation": self.generation,
-            "credential": self.credential,
+            "credential": self._proof(),
         }
+
+    def _proof(self) -> str:
+        """The credential, once this node speaks from another connection than the one it
+        registered on (it reconnected); on that one, the connection itself says who it is."""
+        return self.credential if self._registered_on != self.reconnects else ""
+
+    def _resent(self, msg: m.Message) -> m.Message:
+        # Requests made before a reconnect go again from a new connection: with the credential.
+        if self.credential and hasattr(msg, "credential") and not msg.credential:
+            return dataclasses.replace(msg, credential=self.credential)  # type: ignore[call-arg]
+        return msg
 
     def register(
         self,
@@ -808,11 +825,12 @@ class NodeClient(Client):
                 task_id=task_id,
                 meta=dict(meta or {}),
                 generation=join,
-                credential=self.credential,
+                credential=self._proof(),
             )
         )
         reg = Registration.decode(_result(reply))
         self.generation, self.credential = reg.generation, reg.credential
+        self._registered_on = self.reconnects
         if self._rewatch:
             self._rewatch = False
             self._watch_stop()

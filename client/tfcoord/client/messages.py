@@ -276,8 +276,8 @@ def _any_map(v: Any) -> None:
         raise ValueError(f"must be a map, not {type(v).__name__}")
 
 
-def _f(check: Callable[[Any], None], **kw: Any) -> Any:
-    return field(metadata={"check": check}, **kw)
+def _f(check: Callable[[Any], None], *, omit_default: bool = False, **kw: Any) -> Any:
+    return field(metadata={"check": check, "omit_default": omit_default}, **kw)
 
 
 # -- the job spec -------------------------------------------------------------------------
@@ -629,8 +629,11 @@ class Message:
 
     def to_wire(self) -> dict[str, Any]:
         m: dict[str, Any] = {"op": self.op}
+        omit = _omitted(type(self))
         for name, _ in _checks(type(self), every=True):
             v = getattr(self, name)
+            if name in omit and v == omit[name]:
+                continue  # left off while it is its default (the decoder fills it in again)
             m[name] = v if type(v) in _WIRE_AS_IS else _to_wire_value(v)
         return m
 
@@ -649,6 +652,19 @@ def _to_wire_value(v: Any) -> Any:
     if isinstance(v, Mapping):
         return dict(v)
     return v
+
+
+#: Per message class: the fields left off the wire while they hold their default (name ->
+#: default), so what most messages carry stays as small as before those fields existed.
+_OMITTED: dict[type, dict[str, Any]] = {}
+
+
+def _omitted(cls: type) -> dict[str, Any]:
+    found = _OMITTED.get(cls)
+    if found is None:
+        found = {f.name: f.default for f in dataclasses.fields(cls) if f.metadata.get("omit_default")}
+        _OMITTED[cls] = found
+    return found
 
 
 #: With ``every``, fields without a check too (their check is None): the names to_wire sends.
@@ -812,10 +828,10 @@ class Register(Request):
     #: The cluster generation this node joins: -1, the job's current one (a node started
     #: afresh: a first launch, a Spark task retry, a relaunched process); N, a node that
     #: was told to rejoin generation N after a restart. The answer says which it got.
-    generation: int = _f(_int(-1, MAX_RESTARTS), default=-1)
+    generation: int = _f(_int(-1, MAX_RESTARTS), default=-1, omit_default=True)
     #: The credential a previous answer to this registration handed the node (a node resending
     #: its registration from a new connection proves it is the same node); "" the first time.
-    credential: str = _f(_credential, default="")
+    credential: str = _f(_credential, default="", omit_default=True)
 
 
 @dataclass(frozen=True)
@@ -825,11 +841,11 @@ class NodeRequest(Request):
     attempt: int = _f(_int(0, 2**31))
     #: The generation the node registered in: a message of an older one is refused.
     #: (Keyword-only: the requests below add fields without defaults.)
-    generation: int = _f(_int(0, MAX_RESTARTS), default=0, kw_only=True)
+    generation: int = _f(_int(0, MAX_RESTARTS), default=0, kw_only=True, omit_default=True)
     #: The credential the node's registration answered with: a node speaking from another
     #: connection than the one it registered on (it reconnected) proves with it that it is
     #: the slot's node. "" from the registering connection itself.
-    credential: str = _f(_credential, default="", kw_only=True)
+    credential: str = _f(_credential, default="", kw_only=True, omit_default=True)
 
 
 @dataclass(frozen=True)
@@ -848,7 +864,7 @@ class Report(NodeRequest):
     meta: Mapping[str, str | int | float] = _f(_meta, default_factory=dict)
     #: How the node's work ended, for FAILED: its exit status (negative: the signal that
     #: ended it), which decides whether the failure restarts the cluster (RestartOn).
-    exit_code: int = _f(_int(-255, 255), default=0)
+    exit_code: int = _f(_int(-255, 255), default=0, omit_default=True)
 
     def __post_init__(self) -> None:
         if type(self.state) is str:
