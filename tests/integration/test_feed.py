@@ -426,3 +426,137 @@ def test_a_tls_feeder_refuses_a_plaintext_node():
         assert _fed(srv) == 0
     finally:
         srv.close()
+
+
+# -- before authentication (issue 26, N2) -----------------------------------------------------
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Does the node close ``sock`` within ``seconds`` (whatever it sent first)?"""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except TimeoutError:
+        return False
+    except OSError:  # reset: closed too
+        return True
+
+
+@pytest.fixture
+def bare() -> Iterator[tuple[FeedServer, int]]:
+    """A plaintext feed server with a short handshake deadline and small caps, for attacks."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    srv = FeedServer(
+        listener, TOKEN, JOB, "worker:0", handshake_timeout_s=1.0, max_unauthenticated=3, max_feeders=5
+    ).start()
+    yield srv, listener.getsockname()[1]
+    srv.close()
+
+
+def test_an_oversized_frame_before_authentication_is_refused_at_its_header(bare):
+    """An unauthenticated peer announces an 8 MiB frame: the node refuses at the 4-byte header,
+    reading nothing of the body, and closes."""
+    _, port = bare
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.recv(4096)  # the challenge
+        sock.sendall((8 * 1024 * 1024).to_bytes(4, "big") + b"\x80" * 1024)
+        assert _closed_within(sock, 5.0)
+    assert fw.PRE_AUTH_FRAME_BYTES == 4096
+
+
+def test_an_extension_type_before_authentication_is_refused(bare):
+    _, port = bare
+    body = b"\x81\xa2op\xd4\x01\x00"  # {"op": ext(1, b"\x00")}: an ext value in a would-be hello
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.recv(4096)
+        sock.sendall(len(body).to_bytes(4, "big") + body)
+        assert _closed_within(sock, 5.0)
+
+
+def test_a_trickled_handshake_is_cut_at_its_deadline_whatever_it_sends(bare):
+    """One byte every 0.2 s would reset a per-read timeout for ever; the whole handshake has
+    one deadline (1 s here) and the node closes the connection there."""
+    _, port = bare
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.recv(4096)
+    t0 = time.monotonic()
+    closed = threading.Event()
+
+    def trickle() -> None:
+        for b in (300).to_bytes(4, "big") + b"\x80" * 200:  # a frame it never finishes
+            if closed.is_set():
+                return
+            try:
+                sock.send(bytes([b]))
+            except OSError:
+                return
+            closed.wait(0.2)
+
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        assert _closed_within(sock, 5.0)
+        took = time.monotonic() - t0
+    finally:
+        closed.set()
+        t.join(5)
+        sock.close()
+    assert 0.8 <= took < 3.0, took
+
+
+def test_idle_unauthenticated_connections_are_capped_without_a_thread_each(bare):
+    """Connections that never say hello take at most ``max_unauthenticated`` threads; more are
+    closed at once, and once the idle ones are cut at their deadline a feeder gets in."""
+    srv, port = bare
+    threads = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
+    try:
+        for s in idle:
+            s.recv(4096)  # each got its challenge: being served
+        over = socket.create_connection(("127.0.0.1", port), timeout=5)
+        with over:
+            assert over.recv(4096) == b""  # closed at once, no challenge
+        assert srv.refused >= 1
+        assert threading.active_count() - threads <= 3 + 3  # a thread and a deadline timer each
+        for s in idle:
+            assert _closed_within(s, 5.0)  # cut at the handshake deadline
+    finally:
+        for s in idle:
+            s.close()
+    out: list = []
+    consumer = _consume(srv, True, out)
+    target = FeedTarget("worker:0", f"127.0.0.1:{port}", "")
+    list(feed(_plan(target), 0, range(100)))
+    control(_plan(target), target, "eof")
+    consumer.join(10)
+    assert sorted(x for batch in out for x in batch) == list(range(100))
+
+
+def test_the_feed_port_listens_on_the_nodes_address_unless_widened():
+    """N2: the feed port bound every interface; it now listens on the address the node
+    registers (the one feeders dial), and ``feed_bind`` widens it on request."""
+    from tfcoord.node.executor import ForkedFunction, NodeSpec
+
+    def bound(**kw: object) -> str:
+        spec = NodeSpec(
+            address="127.0.0.1:1",
+            token=TOKEN,
+            job=JOB,
+            map_fun=print,
+            tf_args=None,
+            slots=(("worker", 0),),
+            feed=True,
+            **kw,  # type: ignore[arg-type]
+        )
+        child = ForkedFunction(spec, 0)
+        child.prepare("127.0.0.1", None)  # type: ignore[arg-type]
+        try:
+            assert child._feed_sock is not None
+            return str(child._feed_sock.getsockname()[0])
+        finally:
+            child.close()
+
+    assert bound() == "127.0.0.1"
+    assert bound(feed_bind="0.0.0.0") == "0.0.0.0"

@@ -221,6 +221,7 @@ def run(
     restart_on: RestartOn | str | None = None,
     restart_backoff_s: float | None = None,
     deadline_s: float | None = None,
+    feed_bind: str | None = None,
 ) -> SparkCluster:
     """Start a TensorFlow cluster on Spark executors and run ``map_fun(tf_args, ctx)`` on each.
 
@@ -237,6 +238,10 @@ def run(
     ``spark.tfcoord.restartOn``, ``spark.tfcoord.restartBackoff``, ``spark.tfcoord.deadline``),
     so TensorFlowOnSpark's programs gain it unchanged. Not with ``InputMode.SPARK``: the
     partitions already fed cannot be fed again.
+
+    ``feed_bind``: where a fed node's feed port listens (``InputMode.SPARK``): by default the
+    address the node registered, the one feeders dial; ``"0.0.0.0"`` widens it to every
+    interface.
 
     ``executor_setup``: called in each node's process before ``map_fun`` (it is pickled, so
     a module-level function of a module the executors can import); the TensorFlowOnSpark layer
@@ -314,6 +319,7 @@ def run(
             background=input_mode == InputMode.SPARK,
             legacy_keras=legacy_keras,
             setup=executor_setup,
+            feed_bind=feed_bind,
             queues=tuple(queues),
         )
         cluster = SparkCluster(sc, driver, job, spec, node, link, input_mode, tensorboard)

@@ -241,6 +241,13 @@ class Connection:
         self._peer_closed = False
         self._broken = False
 
+    def widen(self, max_frame_bytes: int, ext_hook: Callable[[int, bytes], Any] | None = None) -> None:
+        """Lift the limits a peer had before it proved itself: a larger frame, and the
+        extension types only an authenticated peer may send (bytes already buffered are
+        decoded under the new limits)."""
+        self.max_frame_bytes = max_frame_bytes
+        self._ext_hook = ext_hook
+
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as messages."""

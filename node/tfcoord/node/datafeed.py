@@ -47,8 +47,16 @@ from .feedtls import FeedIdentity
 
 log = logging.getLogger("tfcoord.feed")
 
-#: A feeder must say hello this soon after connecting; a live one does in milliseconds.
+#: A feeder must finish its handshake (TLS included) this soon after connecting, however it
+#: trickles its bytes: a live one does in milliseconds (OpenSSH's LoginGraceTime).
 HANDSHAKE_TIMEOUT_S = 10.0
+#: Connections still in their handshake at once: feeding tasks connect a few at a time (one
+#: per Spark task slot feeding this node), so beyond this the node closes new ones at once,
+#: without a thread for them (OpenSSH's MaxStartups).
+MAX_UNAUTHENTICATED = 16
+#: Feeders connected at once: each is a thread; Spark runs at most one feeding task per core
+#: of the application, so this is far above any real cluster's feeding of one node.
+MAX_FEEDERS = 256
 #: How often the watchdog looks for a stalled consumer: well under the smallest useful
 #: feed_timeout (1 s), so a stall is reported within a fifth of a second of the deadline.
 WATCHDOG_PERIOD_S = 0.2
@@ -116,8 +124,20 @@ class FeedServer:
         on_stall: Callable[[str], None] | None = None,
         queues: tuple[str, ...] | None = None,
         tls: FeedIdentity | None = None,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        max_unauthenticated: int = MAX_UNAUTHENTICATED,
+        max_feeders: int = MAX_FEEDERS,
     ) -> None:
         self._listener = listener
+        self.handshake_timeout_s = handshake_timeout_s
+        self.max_unauthenticated = max_unauthenticated
+        self.max_feeders = max_feeders
+        #: Connections in their handshake, and all connections being served (each a thread).
+        self._unauthenticated = 0
+        self._served = 0
+        #: Connections closed at once because a cap was reached (counted for the tests' and
+        #: the logs' sake).
+        self.refused = 0
         self.queues = queues
         self._tls = tls
         self._token = token
@@ -380,25 +400,55 @@ class FeedServer:
                 sock, _ = self._listener.accept()
             except OSError:
                 return
+            with self._cond:
+                full = self._unauthenticated >= self.max_unauthenticated or self._served >= self.max_feeders
+                if not full:
+                    self._unauthenticated += 1
+                    self._served += 1
+                else:
+                    self.refused += 1
+            if full:
+                # No thread, no read: closed at once (a feeder that meets this retries).
+                log.warning("%s: too many feed connections at once; closed a new one", self.node)
+                sock.close()
+                continue
             threading.Thread(target=self._serve, args=(sock,), name="tfcoord-feed-conn", daemon=True).start()
+
+    def _authenticated(self) -> None:
+        with self._cond:
+            self._unauthenticated -= 1
 
     def _serve(self, sock: socket.socket) -> None:
         conn: _Conn | None = None
-        stream = fw.FeedStream(sock)
+        stream = fw.FeedStream(sock, authenticated=False)
+        # The whole handshake has one deadline: a per-read timeout alone is reset by every
+        # byte, so a peer trickling its hello could hold the connection (and its thread).
+        grace = threading.Timer(self.handshake_timeout_s, _cut, args=(sock,))
+        grace.daemon = True
+        grace.start()
+        unauthenticated = True
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             _keepalive(sock)
-            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            sock.settimeout(self.handshake_timeout_s)
             if self._tls is not None:
                 try:
                     sock = feedtls.accept(sock, self._tls)
                 except (OSError, ValueError) as e:  # plaintext, or not TLS 1.3: refused
                     log.debug("refused a feed connection to %s that did not complete TLS: %s", self.node, e)
                     return
-                stream = fw.FeedStream(sock)
+                grace.cancel()  # the TLS socket wraps the same descriptor: cut that one
+                grace = threading.Timer(self.handshake_timeout_s, _cut, args=(sock,))
+                grace.daemon = True
+                grace.start()
+                stream = fw.FeedStream(sock, authenticated=False)
             opening = self._handshake(stream)
+            grace.cancel()
             if opening is None:
                 return
+            stream.authenticated()
+            unauthenticated = False
+            self._authenticated()
             if opening.kind == "eof":
                 self.end_of_feed()
                 stream.send(fm.Accepted(credit=0, node=self.node))
@@ -441,6 +491,11 @@ class FeedServer:
         except (OSError, TfcoordError, ValueError, KeyError) as e:
             log.debug("feed connection ended: %s", e)
         finally:
+            grace.cancel()
+            with self._cond:
+                self._served -= 1
+                if unauthenticated:
+                    self._unauthenticated -= 1
             if conn is not None:
                 with self._cond:
                     self._conns.pop(conn.pid, None)
@@ -586,6 +641,14 @@ def _result_frames(results: list[Any]) -> list[bytes]:
             f"inference results cannot be sent back: {e}; return None, bools, numbers, str, bytes, "
             "numpy arrays or scalars, lists or dicts"
         ) from None
+
+
+def _cut(sock: socket.socket) -> None:
+    """End a connection whose handshake ran past its deadline: its reader wakes and fails."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _keepalive(sock: socket.socket) -> None:

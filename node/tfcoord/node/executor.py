@@ -112,6 +112,9 @@ class NodeSpec:
     #: TensorFlowOnSpark layer installs its import aliases there, so the node needs no
     #: knowledge of the layers above it.
     setup: Callable[[], None] | None = None
+    #: Where a fed node's feed port listens: None, the address the node registers (the one
+    #: feeders dial); "0.0.0.0" or "::" widens it to every interface.
+    feed_bind: str | None = None
 
 
 def requested_gpus(tf_args: Any) -> tuple[int, bool]:
@@ -310,8 +313,9 @@ class ForkedFunction(Child):
         if self.spec.feed and self.role in feedwire.FEED_ROLES:
             # Bound and listening before we register, so a feeder that learns the address
             # can connect at once; map_fun's process inherits the socket and accepts.
+            bind = self.spec.feed_bind if self.spec.feed_bind is not None else host
             self._feed_sock = socket.create_server(
-                ("", int(os.environ.get("TFCOORD_FEED_PORT", "0") or 0)), backlog=FEED_BACKLOG
+                (bind, int(os.environ.get("TFCOORD_FEED_PORT", "0") or 0)), backlog=FEED_BACKLOG
             )
             self._feed_address = f"{host}:{self._feed_sock.getsockname()[1]}"
             meta[feedwire.FEED_META] = self._feed_address

@@ -63,6 +63,9 @@ __all__ = ["FEED_VERSION"]
 RECV_BYTES = 262144
 #: The largest frame either end accepts: the coordinator protocol's limit.
 MAX_FRAME_BYTES = DEFAULT_MAX_FRAME_BYTES
+#: A frame from a feeder that has not proved itself yet: a hello (about 200 bytes) fits with
+#: room to spare, and an unauthenticated peer can make the node read no more than this.
+PRE_AUTH_FRAME_BYTES = 4 * 1024
 #: A batch is closed at this many bytes: large enough that framing and per-frame Python
 #: work vanish next to the records (1M small records are ~250 frames), small enough that
 #: a window of them is a few MiB per partition.
@@ -238,10 +241,15 @@ class FeedStream:
     a bad message, and TimeoutError when the socket's timeout passes.
     """
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, *, authenticated: bool = True) -> None:
         self.sock = sock
-        self._conn = connection()
+        self._conn = connection(authenticated=authenticated)
         self._lock = threading.Lock()  # a node's consumer and its watchdog both write
+
+    def authenticated(self) -> None:
+        """The peer proved itself: its frames may be as large as the feed allows, and carry
+        numpy values."""
+        self._conn.widen(MAX_FRAME_BYTES, ndcodec.decode)
 
     def send(self, msg: m.Message) -> None:
         self.send_frame(self._conn.send(msg))
@@ -269,8 +277,12 @@ def frame(msg: m.Message) -> bytes:
     return _FRAMER.send(msg)
 
 
-def connection() -> Connection:
-    """The feed's framing: its messages, and numpy values both ways."""
+def connection(*, authenticated: bool = True) -> Connection:
+    """The feed's framing: its messages, and numpy values both ways. Before its peer proved
+    itself (``authenticated=False``, the node's side of a new connection): frames of at most
+    :data:`PRE_AUTH_FRAME_BYTES` and no extension types, until :meth:`FeedStream.authenticated`."""
+    if not authenticated:
+        return Connection(PRE_AUTH_FRAME_BYTES, decode=fm.decode, default=_default)
     return Connection(MAX_FRAME_BYTES, decode=fm.decode, default=_default, ext_hook=ndcodec.decode)
 
 
