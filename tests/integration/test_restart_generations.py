@@ -49,7 +49,7 @@ def test_a_coordinator_killed_during_a_generation_change_still_brings_the_job_to
             "--max-restarts",
             "1",
             "--restart-backoff",
-            "3",
+            "8",
             "--",
             sys.executable,
             str(STEPS),
