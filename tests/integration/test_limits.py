@@ -323,3 +323,35 @@ def test_the_embedded_coordinator_checks_its_caps_against_the_descriptor_limit_l
     )
     assert out.returncode == 0, out.stderr
     assert [int(x) for x in out.stdout.split()] == [144, 48]  # 512 - 64 - 256 = 192: a quarter to handshakes
+
+
+def _worst_frame(maps: int) -> bytes:
+    """A frame a token holder may send that decodes to ``maps`` empty dicts (in lists)."""
+    per_list = 16_000  # under the per-list limit: the budget of maps is what refuses it
+    inner = b"\xdc" + per_list.to_bytes(2, "big") + b"\x80" * per_list
+    lists = maps // per_list
+    body = b"\xdc" + lists.to_bytes(2, "big") + inner * lists
+    return len(body).to_bytes(4, "big") + body
+
+
+def test_a_frame_of_a_million_empty_maps_is_refused_while_it_decodes(coord):
+    """N3: 6 MiB of empty maps from a job's node was six million dicts (hundreds of MiB, most
+    of a second of the loop every job shares). Each frame now has a budget of maps, lists and
+    entries, enforced while it decodes: this one is a protocol error at once, the connection
+    is closed, and another job's nodes are answered as before."""
+    with DriverClient(coord.address, coord.secret) as d:
+        victim_job = d.submit(JobSpec(roles=make_roles(1)))
+        attacker_job = d.submit(JobSpec(roles=make_roles(1)))
+        raw = Raw(coord.port).login(d.job_token(attacker_job), "node", attacker_job)
+        t0 = time.monotonic()
+        raw.sock.sendall(_worst_frame(6_000_000))
+        replies = raw.until_closed()
+        took = time.monotonic() - t0
+        assert [r.code for r in replies] == ["protocol_error"], replies  # type: ignore[attr-defined]
+        assert "at most 1024 maps and lists" in replies[0].message  # type: ignore[attr-defined]
+        assert took < 5.0, took
+        from tfcoord.client import NodeClient
+
+        with NodeClient(coord.address, d.job_token(victim_job), victim_job, 0) as n:
+            assert n.register("127.0.0.1", 7400).role == "worker"
+        coord.call(lambda: coord.server.state.validate())

@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgpack
@@ -198,6 +199,63 @@ class ClusterReplyFrames:
         return _HEADER.pack(size) + body, tail
 
 
+@dataclass(frozen=True)
+class DecodeBudget:
+    """What one frame from an untrusted peer may cost to decode, enforced while it decodes.
+
+    The frame limit bounds bytes, not what they expand to: 8 MiB of empty maps is 8 million
+    dicts (hundreds of MiB and most of a second of the event loop). A budget caps the maps
+    and lists of one frame, the entries they hold together and each one's length, so a
+    message costs a small, bounded amount whatever its bytes say. (Depth is bounded by
+    msgpack itself, which refuses nesting past its stack.) A frame past it is a protocol
+    error, as an oversized one is.
+    """
+
+    #: Maps and lists in one frame.
+    max_containers: int
+    #: Entries of all of them together (a map's pairs, a list's items).
+    max_entries: int
+    #: Entries of any one map or list.
+    max_length: int
+
+
+class _Spent:
+    """The budget one frame has used so far (msgpack calls ``seen`` for every map and list)."""
+
+    __slots__ = ("budget", "containers", "entries")
+
+    def __init__(self, budget: DecodeBudget) -> None:
+        self.budget, self.containers, self.entries = budget, 0, 0
+
+    def seen(self, obj: Any) -> Any:
+        self.containers += 1
+        self.entries += len(obj)
+        b = self.budget
+        if self.containers > b.max_containers or self.entries > b.max_entries:
+            raise ValueError(
+                f"a frame may hold at most {b.max_containers} maps and lists with "
+                f"{b.max_entries} entries in all"
+            )
+        return obj
+
+
+def _budgeted(body: bytes | bytearray | memoryview, max_frame_bytes: int, budget: DecodeBudget) -> object:
+    spent = _Spent(budget)
+    return msgpack.unpackb(
+        body,
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        max_str_len=max_frame_bytes,
+        max_bin_len=max_frame_bytes,
+        max_array_len=budget.max_length,
+        max_map_len=budget.max_length,
+        max_ext_len=0,
+        object_hook=spent.seen,
+        list_hook=spent.seen,
+    )
+
+
 def pack(obj: object) -> bytes:
     """msgpack-encode a value the way every frame does (str as str, bytes as bin)."""
     packed: bytes = msgpack.packb(obj, use_bin_type=True)
@@ -224,6 +282,9 @@ class Connection:
             :mod:`.ndcodec`'s so numpy values cross. Without it (and ``ext_hook``)
             extension types are refused (the coordinator protocol carries none).
         ext_hook: msgpack's hook for extension types received, the inverse of ``default``.
+        budget: what one received frame may cost to decode (see :class:`DecodeBudget`); the
+            coordinator sets it for every peer. None: only the frame limit (a client reading
+            its coordinator's answers, a full status of a 10,000-node job included).
     """
 
     def __init__(
@@ -232,8 +293,10 @@ class Connection:
         decode: Callable[[Any], messages.Message] = messages.decode,
         default: Callable[[Any], Any] | None = None,
         ext_hook: Callable[[int, bytes], Any] | None = None,
+        budget: DecodeBudget | None = None,
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.budget = budget
         self._decode = decode
         self._default = default
         self._ext_hook = ext_hook
@@ -295,7 +358,10 @@ class Connection:
                 )
             return NEED_DATA
         try:
-            if size < _COPY_BELOW:
+            if self.budget is not None and self._ext_hook is None:
+                with memoryview(buf) as whole, whole[4 : 4 + size] as body:
+                    obj = _budgeted(body, self.max_frame_bytes, self.budget)
+            elif size < _COPY_BELOW:
                 obj = _unpackb(buf[4 : 4 + size], self.max_frame_bytes, self._ext_hook)
             else:
                 # Read in place: a node's cluster reply is tens of KiB at 10,000 nodes, and

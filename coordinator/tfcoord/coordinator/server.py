@@ -36,7 +36,7 @@ from tfcoord.client import auth
 from tfcoord.client import messages as m
 from tfcoord.client.errors import LocalProtocolError, ProtocolError
 from tfcoord.client.handshake import Accepting, HandshakeRefused, KeyFor
-from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, ClusterReplyFrames, Connection
+from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, ClusterReplyFrames, Connection, DecodeBudget
 from tfcoord.client.vocab import ErrorCode
 
 from . import state as s
@@ -66,6 +66,12 @@ DEFAULT_MAX_CONNECTIONS = 20_000
 #: frame announcing more is refused before a byte of it is buffered, so unauthenticated
 #: peers cannot make the coordinator hold megabytes each (the post-handshake limit).
 PRE_AUTH_MAX_FRAME_BYTES = 4 * 1024
+#: What one frame from any peer may cost to decode (see ``protocol.DecodeBudget``). The
+#: largest real requests hold a few dozen maps and lists: a job spec's roles and launch
+#: resources, a registration's metadata, 256 log lines. 1,024 containers and 65,536 entries
+#: leave ample room, and keep the worst frame a token holder can send to a few milliseconds
+#: of the loop that every job's heartbeats share (an 8 MiB frame of empty maps cost 0.7 s).
+FRAME_BUDGET = DecodeBudget(max_containers=1024, max_entries=65_536, max_length=16_384)
 #: Connections that have not finished their handshake, apart from the authenticated
 #: ones: idle sockets of strangers fill this budget, never the one nodes and drivers use.
 #: Honest clients spend milliseconds here, so even a reconnect storm of 10,000 nodes
@@ -290,7 +296,9 @@ class _Peer(asyncio.Protocol):
         self.server = server
         self.id = conn_id
         # A hello's worth until the peer has proved itself (see ``authenticated``).
-        self.proto = Connection(min(PRE_AUTH_MAX_FRAME_BYTES, server.config.max_frame_bytes))
+        self.proto = Connection(
+            min(PRE_AUTH_MAX_FRAME_BYTES, server.config.max_frame_bytes), budget=FRAME_BUDGET
+        )
         self.transport: asyncio.Transport | None = None
         #: Until the hello is answered; dropped then (a node keeps its connection for the
         #: whole job, and the nonce and checker serve no purpose after the handshake).
