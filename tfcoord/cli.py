@@ -1008,6 +1008,16 @@ def _restart_policy(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _role_resources(args: argparse.Namespace) -> dict[str, Any]:
+    """``--role-resources worker:cpus=2,gpus=1`` (repeatable) as ``{role: Resources}``."""
+    from tfcoord.driver.resources import ResourcesError, parse_flags
+
+    try:
+        return parse_flags(args.role_resources)
+    except ResourcesError as e:
+        raise UsageError(f"--role-resources {e}") from None
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from tfcoord.driver.local import run_local
 
@@ -1030,10 +1040,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.engine == "spark":
         return _submit_spark(args, command)
     command = _local_command(command)
+    role_resources = _role_resources(args)
     try:
         roles = make_roles(
             args.workers, args.ps, chief="chief" if args.chief else None, evaluator=args.evaluator
         )
+        if role_resources:
+            from tfcoord.driver.resources import check_roles
+
+            check_roles(role_resources, roles)
         spec = JobSpec(
             roles=roles,
             reservation_timeout_s=args.reservation_timeout,
@@ -1064,7 +1079,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         with _connect(ClientConfig(link.address, link.secret, link.ssl_context), args, follow=True) as driver:
             # With --json stdout carries the final status alone; the nodes' output goes to stderr.
             out = sys.stderr.buffer if args.json else None
-            status = run_local(driver, spec, command, emit=_emit, out=out, env=node_env)
+            status = run_local(
+                driver, spec, command, emit=_emit, out=out, env=node_env, role_resources=role_resources
+            )
     _print_final(args, status)
     return 0 if status.state == JobState.SUCCEEDED else EXIT_FAILED
 
@@ -1074,6 +1091,7 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
     script, argv = _spark_script(command)
     if args.num_executors is None:
         raise UsageError("--engine spark needs --num-executors N (the TensorFlow cluster's size)")
+    role_resources = _role_resources(args)
     conf: dict[str, str] = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
@@ -1122,6 +1140,7 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
             coordinator=coordinator,
             secret=secret,
             tls=tls,
+            role_resources=role_resources,
         )
     except ScriptFailed as e:
         raise UserScriptError(e.traceback_text, str(e)) from None
@@ -1139,23 +1158,36 @@ def _submit_mesos(args: argparse.Namespace) -> int:
     from tfcoord.coordinator.mesos.errors import MesosConfigError
     from tfcoord.coordinator.mesos.jobs import MesosJob, parse_role
     from tfcoord.driver import mesos
+    from tfcoord.driver.resources import ResourcesError, mesos_roles
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    if not args.job:
+    role_resources = _role_resources(args)
+    if args.job and role_resources:
+        raise UsageError(
+            "give the roles either as --job ROLE:N:cpus=C,mem=MB or as --ps/--workers/--chief/--evaluator "
+            "with --role-resources, not both"
+        )
+    if not args.job and not role_resources:
         raise UsageError(
             "--engine mesos needs the cluster's roles: --job ps:1:cpus=1,mem=1024 "
-            "--job worker:2:cpus=2,mem=4096 (and the command after --, or none to serve)"
+            "--job worker:2:cpus=2,mem=4096, or --ps 1 --workers 2 --role-resources ps:cpus=1,memory=1g "
+            "--role-resources worker:cpus=2,memory=4g (and the command after --, or none to serve)"
         )
     try:
-        mjob = MesosJob.of(
-            [parse_role(j) for j in args.job], command, args.image, os.environ.get("MESOS_ATTRIBUTES", "")
-        )
+        if args.job:
+            roles = [parse_role(j) for j in args.job]
+        else:
+            counts = make_roles(
+                args.workers, args.ps, chief="chief" if args.chief else None, evaluator=args.evaluator
+            )
+            roles = mesos_roles(counts, role_resources)
+        mjob = MesosJob.of(roles, command, args.image, os.environ.get("MESOS_ATTRIBUTES", ""))
         spec = mjob.to_spec(
             name=args.name, reservation_timeout_s=args.reservation_timeout, **_restart_policy(args)
         )
-    except (MesosConfigError, TfcoordError) as e:
+    except (MesosConfigError, ResourcesError, TfcoordError) as e:
         raise UsageError(str(e)) from None
     if args.address or os.environ.get(ADDRESS_ENV):
         cfg = _client_config(args)  # that coordinator must run the framework (MESOS_MASTER)
@@ -1456,6 +1488,15 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
         action="store_true",
         help="local and mesos engines, embedded coordinator: serve without TLS (logged as a warning); "
         "by default it serves TLS with a certificate of its own that its nodes pin",
+    )
+    sp.add_argument(
+        "--role-resources",
+        action="append",
+        default=[],
+        metavar="ROLE:cpus=N,gpus=N,memory=SIZE",
+        help="what each task of a role needs; repeat per role (docs/src/resources.md). spark: the role "
+        "runs as its own Spark job with a ResourceProfile; mesos: offers sized per role (with --ps, "
+        "--workers); local: node processes pinned to that many CPUs",
     )
     sp.add_argument("--chief", action="store_true", help="add a chief task")
     sp.add_argument("--evaluator", action="store_true", help="add an evaluator task")

@@ -1,4 +1,9 @@
-"""One real Spark standalone cluster (master + worker, 2 executors x 1 core) per test session."""
+"""One real Spark standalone cluster per test session; the session's application has 2 executors x 1 core.
+
+The worker offers more than that application takes (8 cores, and 2 GPUs found by a fake discovery
+script), so a test may run a second application beside it on other executors (the resources per
+role tests: tasks of 2 cpus, GPU addresses from Spark).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,11 @@ import pytest
 pyspark = pytest.importorskip("pyspark", reason="the Spark extra is not installed (pip install -e .[spark])")
 
 from tfcoord.driver.standalone import LocalSparkCluster  # noqa: E402
+
+#: What the session's worker offers: the session application takes 2 cores of it (spark.cores.max).
+WORKER_CORES = 8
+#: GPUs the worker offers through its discovery script (addresses "0" and "1"); no real GPU.
+WORKER_GPUS = ("0", "1")
 
 #: Executors look for `nvidia-smi` here first; the GPU test puts a fake one in it.
 FAKEBIN = "fakebin"
@@ -29,7 +39,17 @@ def gpu_lock_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def sc(spark_bin: Path, gpu_lock_dir: Path) -> Iterator[object]:
+def gpu_discovery_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Spark's resource discovery contract: print the resource's name and addresses as JSON."""
+    script = tmp_path_factory.mktemp("gpu-discovery") / "gpus.sh"
+    addresses = ", ".join(f'"{a}"' for a in WORKER_GPUS)
+    script.write_text(f'#!/bin/sh\necho \'{{"name": "gpu", "addresses": [{addresses}]}}\'\n')
+    script.chmod(0o755)
+    return script
+
+
+@pytest.fixture(scope="session")
+def sc(spark_bin: Path, gpu_lock_dir: Path, gpu_discovery_script: Path) -> Iterator[object]:
     from pyspark import SparkConf, SparkContext
     from pyspark.cloudpickle import register_pickle_by_value
 
@@ -38,7 +58,11 @@ def sc(spark_bin: Path, gpu_lock_dir: Path) -> Iterator[object]:
     # Executors cannot import the test package; ship the map functions by value.
     register_pickle_by_value(mapfuns)
     os.environ.update(LocalSparkCluster.env())
-    with LocalSparkCluster(cores=2, memory_mb=6144) as cluster:
+    worker_conf = {
+        "spark.worker.resource.gpu.amount": str(len(WORKER_GPUS)),
+        "spark.worker.resource.gpu.discoveryScript": str(gpu_discovery_script),
+    }
+    with LocalSparkCluster(cores=WORKER_CORES, memory_mb=8192, worker_conf=worker_conf) as cluster:
         conf = (
             SparkConf()
             .setMaster(cluster.master_url)

@@ -4,15 +4,20 @@
 a script with a real ``TF_CONFIG`` before moving it to Spark or Mesos. Each node is
 ``python -m tfcoord.node`` wrapping the user's command, so the path through the
 coordinator is the one Mesos tasks take. Output is streamed with a role prefix.
+
+``role_resources`` pins each node process (and so its command) to as many of this machine's
+CPUs as its role asks (``os.sched_setaffinity``), each node on CPUs of its own while there are
+enough; GPUs and memory cannot be enforced on one machine, which it says in one warning line.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 from tfcoord.client import DriverClient, JobSpec
@@ -22,6 +27,7 @@ from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import JobState
 from tfcoord.client.watcher import FOREVER_S, watch_until
 
+from .resources import Resources
 from .session import stops_on_interrupt
 
 #: After the job ends, node processes get this long to exit on their own (they were
@@ -34,6 +40,27 @@ def _pump(src: IO[bytes], prefix: bytes, out: IO[bytes], lock: threading.Lock) -
         with lock:
             out.write(prefix + line)
             out.flush()
+
+
+def cpu_plan(
+    slots: Sequence[tuple[str, int]], given: Mapping[str, Resources], available: Sequence[int]
+) -> dict[int, tuple[int, ...]]:
+    """executor id → the CPUs its process is pinned to, for the roles that ask for cpus.
+
+    CPUs are handed out in order, each node taking ``ceil(cpus)`` of ``available`` (at most all of
+    them); past the last CPU the handing out starts again at the first, so nodes then share CPUs.
+    """
+    plan: dict[int, tuple[int, ...]] = {}
+    cpus = sorted(available)
+    at = 0
+    for executor_id, (role, _) in enumerate(slots):
+        r = given.get(role)
+        if r is None or r.cpus is None:
+            continue
+        n = min(len(cpus), math.ceil(r.cpus))
+        plan[executor_id] = tuple(sorted({cpus[(at + i) % len(cpus)] for i in range(n)}))
+        at += n
+    return plan
 
 
 class _LocalNodes:
@@ -49,7 +76,10 @@ class _LocalNodes:
         command: Sequence[str],
         env: dict[str, str],
         out: IO[bytes],
+        pinned: Mapping[int, tuple[int, ...]] | None = None,
     ) -> None:
+        #: executor id → the CPUs its process runs on (``role_resources``' cpus).
+        self.pinned = dict(pinned or {})
         self.driver, self.spec, self.job, self.command, self.env, self.out = (
             driver,
             spec,
@@ -93,6 +123,8 @@ class _LocalNodes:
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            # Set in the child before it runs Python: every thread and process it starts inherits it.
+            preexec_fn=_pin(self.pinned[executor_id]) if executor_id in self.pinned else None,
         )
         self.procs[executor_id], self.attempts[executor_id] = p, attempt
         t = threading.Thread(
@@ -139,6 +171,10 @@ class _LocalNodes:
                 p.stdout.close()
 
 
+def _pin(cpus: tuple[int, ...]) -> Callable[[], None]:
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 def run_local(
     driver: DriverClient,
     spec: JobSpec,
@@ -148,19 +184,33 @@ def run_local(
     out: IO[bytes] | None = None,
     job: str | None = None,
     env: dict[str, str] | None = None,
+    role_resources: Mapping[str, Resources] | None = None,
 ) -> JobStatus:
     """Submit ``spec``, run each node locally, follow the job; returns its final status.
 
     With ``spec.max_restarts``, a node process that dies is started again (its next attempt)
     and the job's cluster restarts as a new generation; each restart is one line.
+    ``role_resources``: each role's cpus pin its node processes (see :func:`cpu_plan`).
     """
     out = out or sys.stdout.buffer
+    given = dict(role_resources or {})
+    unenforced = sorted(role for role, r in given.items() if r.gpus or r.memory_mb is not None)
+    pinned = cpu_plan(spec.slots(), given, sorted(os.sched_getaffinity(0))) if given else {}
     job = driver.submit(spec, job)
     emit(f"job {job} submitted: {spec.size} local nodes running {' '.join(command)}")
+    for executor_id, cpus in sorted(pinned.items()):
+        role, index = spec.slots()[executor_id]
+        emit(f"{role}:{index} pinned to CPU(s) {','.join(map(str, cpus))}")
+    if unenforced:
+        emit(
+            "warning: the local engine does not enforce gpus or memory (roles "
+            + ", ".join(unenforced)
+            + "): its nodes share this machine's GPUs and memory; use --engine spark or mesos for them"
+        )
     node_env = dict(os.environ if env is None else env)
     node_env[TOKEN_ENV] = driver.job_token(job).hex()
     node_env.setdefault("PYTHONUNBUFFERED", "1")
-    nodes = _LocalNodes(driver, spec, job, command, node_env, out)
+    nodes = _LocalNodes(driver, spec, job, command, node_env, out, pinned)
     try:
         with stops_on_interrupt(driver, job, "the submitting process was interrupted"):
             nodes.start()

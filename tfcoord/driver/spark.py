@@ -16,7 +16,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tfcoord.client import DriverClient, JobFailed, JobSpec, TfcoordError, auth, connfile, make_roles
@@ -33,6 +33,7 @@ from tfcoord.node.feeder import FeedPlan, FeedTarget, control, inference_partiti
 from tfcoord.node.parallel import ParallelTask, ParallelTaskFailed
 from tfcoord.node.tlsfiles import TlsFiles
 
+from . import resources
 from .session import CoordinatorLink
 
 log = logging.getLogger("tfcoord.spark")
@@ -222,6 +223,7 @@ def run(
     restart_backoff_s: float | None = None,
     deadline_s: float | None = None,
     feed_bind: str | None = None,
+    role_resources: Mapping[str, Any] | None = None,
 ) -> SparkCluster:
     """Start a TensorFlow cluster on Spark executors and run ``map_fun(tf_args, ctx)`` on each.
 
@@ -242,6 +244,15 @@ def run(
     ``feed_bind``: where a fed node's feed port listens (``InputMode.SPARK``): by default the
     address the node registered, the one feeders dial; ``"0.0.0.0"`` widens it to every
     interface.
+
+    ``role_resources``: what each task of a role needs, ``{"ps": {"cpus": 1}, "worker": {"cpus": 2,
+    "gpus": 1, "memory": "4g"}}`` (see :mod:`tfcoord.driver.resources` and docs/src/resources.md):
+    each role named runs as its own Spark job with a ResourceProfile (task cpus and GPUs; with
+    dynamic allocation the executors' cores, memory and GPUs too), and the coordinator joins every
+    job's nodes into one cluster. GPUs then follow the profile alone: a node uses the addresses
+    Spark gave its task, and a role without GPUs runs with ``CUDA_VISIBLE_DEVICES=""``. Left as
+    None, it comes from the Spark configuration (``spark.tfcoord.resources.<role>.<cpus|gpus|memory>``).
+    ``ctx.resources`` tells each node what its task was given.
 
     ``executor_setup``: called in each node's process before ``map_fun`` (it is pickled, so
     a module-level function of a module the executors can import); the TensorFlowOnSpark layer
@@ -281,6 +292,7 @@ def run(
     if isinstance(queues, str) or not all(isinstance(q, str) and q for q in queues):
         raise ValueError(f"queues must be a list of queue names, not {queues!r}")
     roles = make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
+    given, profiles = _role_profiles(sc, role_resources, roles, driver_ps_nodes)
     policy = restart_policy(sc, max_restarts, restart_on, restart_backoff_s, deadline_s)
     if policy["max_restarts"] and input_mode == InputMode.SPARK:
         raise ValueError(
@@ -321,8 +333,10 @@ def run(
             setup=executor_setup,
             feed_bind=feed_bind,
             queues=tuple(queues),
+            role_resources=_node_resources(given),
         )
         cluster = SparkCluster(sc, driver, job, spec, node, link, input_mode, tensorboard)
+        cluster.profiles = profiles
     except BaseException:
         driver.close()
         link.close()
@@ -339,6 +353,41 @@ def run(
         cluster._abort("the driver gave up waiting for the cluster")
         raise
     return cluster
+
+
+def _role_profiles(
+    sc: Any, role_resources: Mapping[str, Any] | None, roles: Any, driver_ps_nodes: bool
+) -> tuple[dict[str, resources.Resources], dict[str, Any]]:
+    """The roles' resources (the argument, else the Spark configuration's keys), checked against
+    what this application can honour, and the ResourceProfile of each role named.
+
+    Raises:
+        ResourcesError: (a ValueError) the description is malformed or cannot be honoured here.
+    """
+    conf = dict(sc.getConf().getAll())
+    given = resources.role_resources(role_resources) if role_resources is not None else {}
+    given = given or resources.from_conf(conf.items())
+    if not given:
+        return {}, {}
+    resources.check_roles(given, roles)
+    if driver_ps_nodes and "ps" in given:
+        raise resources.ResourcesError(
+            "driver_ps_nodes=True runs the ps on the driver, outside any Spark task: drop ps from "
+            "role_resources or run the ps on executors"
+        )
+    plan = resources.check_spark(given, sc.master, sc.version, conf)
+    log.info(
+        "roles with their own resources (%s%s): %s",
+        plan.manager,
+        ", dynamic allocation" if plan.dynamic else ", task resources on the executors there are",
+        "; ".join(f"{role} {r.text()}" for role, r in given.items()),
+    )
+    return given, {role: resources.spark_profile(r, plan) for role, r in given.items()}
+
+
+def _node_resources(given: Mapping[str, resources.Resources]) -> dict[str, dict[str, Any]]:
+    """What the nodes learn of their role's resources (plain values: the node layer sits below)."""
+    return {role: {"cpus": r.cpus, "gpus": r.gpus, "memory_mb": r.memory_mb} for role, r in given.items()}
 
 
 class SparkCluster:
@@ -370,6 +419,8 @@ class SparkCluster:
         self._group = f"tfcoord-{job}"
         self.spark_error: BaseException | None = None
         self._executor_nodes = spec.size
+        #: role → ResourceProfile for the roles run as Spark jobs of their own (``role_resources``).
+        self.profiles: dict[str, Any] = {}
         #: The job's status when it formed, then when it ended (``shutdown``).
         self.status: JobStatus | None = None
 
@@ -425,30 +476,39 @@ class SparkCluster:
         first = num_ps if driver_ps_nodes else 0
         n = self.spec.size
         self._executor_nodes = n - first
-        rdd = self.sc.parallelize(range(first, n), n - first)
-
-        def spark_job() -> None:
-            try:
-                self.sc.setJobGroup(self._group, f"TensorFlow job {self.job}", interruptOnCancel=True)
-                rdd.foreachPartition(spark_partition(self.node))
-            except BaseException as e:
-                self.spark_error = e
-                # Wake everyone waiting on the job: the nodes that are up are told to stop.
-                try:
-                    self.driver.stop(
-                        self.job,
-                        f"the Spark job running the nodes failed: {_spark_summary(e)}",
-                        cause=FailureReason.ENGINE_FAILED,
-                    )
-                except TfcoordError:
-                    pass
-
-        self._start(spark_job, "tfcoord-spark-job")
+        # One Spark job per role with its own profile, one for the rest: the coordinator, not a
+        # stage, joins the nodes, so the jobs may be scheduled apart (stage-level scheduling).
+        runs: dict[str, list[int]] = {}
+        for executor_id in range(first, n):
+            role = self.node.slots[executor_id][0]
+            runs.setdefault(role if role in self.profiles else "", []).append(executor_id)
+        for label, ids in runs.items():
+            rdd = self.sc.parallelize(ids, len(ids))
+            if label:
+                rdd = rdd.withResources(self.profiles[label])
+            self._start(lambda rdd=rdd: self._spark_job(rdd), f"tfcoord-spark-job-{label or 'nodes'}")
         for executor_id in range(first):  # ps nodes on the driver, TensorFlowOnSpark's driver_ps_nodes
             self._start(
                 lambda i=executor_id: run_node(self.node, i, task_id="driver"),
                 f"tfcoord-driver-ps-{executor_id}",
             )
+
+    def _spark_job(self, rdd: Any) -> None:
+        """One Spark job running the nodes in ``rdd`` (one executor id per partition)."""
+        try:
+            self.sc.setJobGroup(self._group, f"TensorFlow job {self.job}", interruptOnCancel=True)
+            rdd.foreachPartition(spark_partition(self.node))
+        except BaseException as e:
+            self.spark_error = e
+            # Wake everyone waiting on the job: the nodes that are up are told to stop.
+            try:
+                self.driver.stop(
+                    self.job,
+                    f"the Spark job running the nodes failed: {_spark_summary(e)}",
+                    cause=FailureReason.ENGINE_FAILED,
+                )
+            except TfcoordError:
+                pass
 
     def _start(self, fn: Any, name: str) -> None:
         t = threading.Thread(target=fn, name=name, daemon=True)
@@ -1001,6 +1061,7 @@ def submit_script(
     coordinator: str | None = None,
     secret: bytes | None = None,
     tls: TlsFiles | None = None,
+    role_resources: Mapping[str, resources.Resources] | None = None,
 ) -> JobStatus | None:
     """What ``tfcoord submit --engine spark`` does: a Spark application running ``script``.
 
@@ -1008,13 +1069,16 @@ def submit_script(
     SparkContext it creates gets the master and settings given here. When its main block
     ran no job itself, its ``main_fun(args, ctx)`` runs on ``num_executors`` nodes.
     ``master="local-standalone"`` starts a Spark standalone master and worker on this
-    machine for the job's lifetime. Returns the job's final status (None when the script
+    machine for the job's lifetime. ``role_resources`` reaches ``run`` -- the script's own
+    ``TFCluster.run`` too -- as ``spark.tfcoord.resources.*`` settings, checked against the master
+    and settings before Spark starts. Returns the job's final status (None when the script
     ended with ``sys.exit(0)`` before any job); emits progress lines.
 
     Raises:
         FileNotFoundError: no such script.
         ScriptFailed: the script does not compile, or raised (its own traceback).
         AttributeError: it defines no ``main_fun`` and ran no job.
+        ResourcesError: ``role_resources`` that this master and these settings cannot honour.
     """
     import sys
     from pathlib import Path
@@ -1023,15 +1087,6 @@ def submit_script(
     from .standalone import LocalSparkCluster
 
     file, code = compile_script(script)  # a syntax error, before Spark takes seconds to start
-    local = None
-    if master == "local-standalone":
-        emit(f"starting a local Spark standalone cluster ({num_executors} executors)")
-        local = LocalSparkCluster(cores=num_executors * executor_cores).start()
-        os.environ.update(LocalSparkCluster.env())
-        master = local.master_url
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf, SparkContext
-
     settings = {
         "spark.executor.cores": str(executor_cores),
         "spark.cores.max": str(num_executors * executor_cores),
@@ -1045,8 +1100,23 @@ def submit_script(
         RESTART_ON_CONF: RestartOn(restart_on).value,
         RESTART_BACKOFF_CONF: str(restart_backoff_s),
         DEADLINE_CONF: str(deadline_s),
+        **resources.to_conf(role_resources or {}),
         **(conf or {}),
     }
+    if role_resources:  # refused here, before a Spark master or application starts
+        import pyspark
+
+        where = "spark://local-standalone" if master == "local-standalone" else master
+        resources.check_spark(role_resources, where, pyspark.__version__, settings)
+    local = None
+    if master == "local-standalone":
+        emit(f"starting a local Spark standalone cluster ({num_executors} executors)")
+        local = LocalSparkCluster(cores=num_executors * executor_cores).start()
+        os.environ.update(LocalSparkCluster.env())
+        master = local.master_url
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
+
     app_name = name or f"tfcoord {Path(script).name}"
     os.environ["PYSPARK_SUBMIT_ARGS"] = _submit_args(master, app_name, settings)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per gateway call otherwise

@@ -95,7 +95,13 @@ class LocalSparkCluster:
     ``spark.cores.max`` gets one 1-core executor per worker.
     """
 
-    def __init__(self, cores: int = 2, memory_mb: int = 4096, workers: int = 1) -> None:
+    def __init__(
+        self,
+        cores: int = 2,
+        memory_mb: int = 4096,
+        workers: int = 1,
+        worker_conf: dict[str, str] | None = None,
+    ) -> None:
         if workers < 1 or cores < 1:
             raise ValueError(
                 f"a local Spark cluster needs at least 1 worker of 1 core (got {workers} x {cores})"
@@ -103,6 +109,9 @@ class LocalSparkCluster:
         self.cores = cores
         self.memory_mb = memory_mb
         self.workers = workers
+        #: Settings of the worker daemons (``SPARK_WORKER_OPTS``), e.g. the GPUs they offer:
+        #: ``spark.worker.resource.gpu.amount`` and ``spark.worker.resource.gpu.discoveryScript``.
+        self.worker_conf = dict(worker_conf or {})
         self.master_url = ""
         self._daemons: list[_Daemon] = []
         self._workdir = tempfile.mkdtemp(prefix="tfcoord-spark-")
@@ -141,6 +150,10 @@ class LocalSparkCluster:
         try:
             self.master_url = master.wait(START_TIMEOUT_S).group(1)
             started = []
+            worker_env = dict(env)
+            if self.worker_conf:
+                opts = " ".join(f"-D{k}={v}" for k, v in self.worker_conf.items())
+                worker_env["SPARK_WORKER_OPTS"] = f"{env.get('SPARK_WORKER_OPTS', '')} {opts}".strip()
             for i in range(self.workers):
                 workdir = Path(self._workdir, f"worker-{i}")
                 workdir.mkdir()
@@ -160,7 +173,7 @@ class LocalSparkCluster:
                         "--work-dir",
                         str(workdir),
                     ],
-                    env,
+                    worker_env,
                     re.compile(r"Successfully registered with master"),
                     f"worker {i}",
                 )

@@ -26,6 +26,9 @@ class TFNodeContext:
         num_workers: training tasks (chief/master plus workers).
         defaultFS: the Hadoop default filesystem (``file://`` or ``hdfs://namenode``).
         working_dir: the driver's working directory.
+        resources: what this node's task was given: ``{"cpus": 2, "gpus": ["0"]}`` (the cpus of
+            its Spark task, the GPU ids in ``CUDA_VISIBLE_DEVICES``), with ``"memory_mb"`` where
+            its role asked for memory (``run(..., role_resources=...)``).
         restart_count: how many times the job has restarted its cluster before this run of
             map_fun (0 the first time; see ``run(..., max_restarts=N)``): resume from the
             last checkpoint when it is above 0.
@@ -42,6 +45,7 @@ class TFNodeContext:
     port: int = 0
     job_id: str = ""
     restart_count: int = 0
+    resources: dict[str, Any] = field(default_factory=dict)
     _release: Callable[[], None] | None = field(default=None, repr=False)
     #: The node's feed server (InputMode.SPARK on a chief, master or worker), else None.
     _feed: Any = field(default=None, repr=False)

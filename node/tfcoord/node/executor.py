@@ -115,6 +115,10 @@ class NodeSpec:
     #: Where a fed node's feed port listens: None, the address the node registers (the one
     #: feeders dial); "0.0.0.0" or "::" widens it to every interface.
     feed_bind: str | None = None
+    #: ``run(..., role_resources=...)``: role → ``{"cpus", "gpus", "memory_mb"}`` of the roles that
+    #: run with a ResourceProfile of their own. Not empty: GPUs follow the profiles alone (the
+    #: addresses Spark gives each task; none for a role without GPUs), never nvidia-smi discovery.
+    role_resources: Mapping[str, Mapping[str, Any]] | None = None
 
 
 def requested_gpus(tf_args: Any) -> tuple[int, bool]:
@@ -355,6 +359,7 @@ class ForkedFunction(Child):
             port=launch.port.port,
             job_id=spec.job,
             restart_count=int(launch.env.get(RESTARTS_ENV, "0")),
+            resources=task_resources(spec, info.role, launch.env),
         )
         self._receive, send = self._fork.Pipe(duplex=False)
         released = self._fork.Event()
@@ -484,6 +489,27 @@ class ForkedFunction(Child):
             self._feed_sock.close()
 
 
+def task_resources(spec: NodeSpec, role: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """``ctx.resources``: the cpus Spark gave this node's task, the GPUs it runs on (what
+    ``CUDA_VISIBLE_DEVICES`` holds) and, where the role asked for it, its memory."""
+    asked = (spec.role_resources or {}).get(role, {})
+    out: dict[str, Any] = {}
+    try:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+    except ImportError:  # a node on the driver (driver_ps_nodes) of a driver without pyspark
+        tc = None
+    if tc is not None:
+        out["cpus"] = tc.cpus()
+    elif asked.get("cpus") is not None:
+        out["cpus"] = asked["cpus"]
+    out["gpus"] = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+    if asked.get("memory_mb") is not None:
+        out["memory_mb"] = asked["memory_mb"]
+    return out
+
+
 def supervisor_config(
     spec: NodeSpec,
     executor_id: int,
@@ -494,7 +520,8 @@ def supervisor_config(
 ) -> SupervisorConfig:
     """How the supervisor runs node ``executor_id`` of a Spark job."""
     role, index = spec.slots[executor_id]
-    num_gpus, required = requested_gpus(spec.tf_args)
+    # With role_resources the profile says which roles hold GPUs: Spark's grant is the only source.
+    num_gpus, required = (0, False) if spec.role_resources else requested_gpus(spec.tf_args)
     gpus = GpuRequest(
         count=num_gpus,
         require=required,
