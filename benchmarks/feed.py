@@ -38,8 +38,16 @@ anchors, ``pip install --no-deps tensorflowonspark==2.2.5``, since its own requi
 old packages it does not need here), or pass ``--tfos-path DIR`` for a ``pip install
 --target DIR`` tree.
 
-Output: one JSON line per system per run, then a summary with the shape, median rates
-and the ratio tfcoord / TensorFlowOnSpark (target >= 20).
+The floor, in the same run on the same cluster shape (its own application, first): Spark
+handing the same partitions (the same RDD, made the same way) to a Python function that
+only counts the records, ``rdd.mapPartitions(count).sum()`` after the same warm-up:
+what Spark and its Python workers cost to produce and hand over the records, with no
+feed and no TensorFlow node. Its rate is the summary's ``floor_records_per_s``, and
+``ratio_to_floor`` = tfcoord's rate / the floor's (goal >= 0.5).
+
+Output: one JSON line per system per run, then a summary with the shape, median rates,
+the ratio tfcoord / TensorFlowOnSpark (target >= 20), the floor, the ratio to it and the
+load average, then a ``figure`` row (``floor.figure``) for ``results.py``.
 """
 
 from __future__ import annotations
@@ -58,8 +66,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor import figure, load_average  # noqa: E402
+
 TFOS = "tensorflowonspark-2.2.5"
 TFCOORD = "tfcoord"
+#: Spark alone counting the records of the same partitions (see the module's docstring).
+FLOOR = "floor"
+TARGET_RATIO_TO_FLOOR = 0.5
 #: tfcoord with an explicitly plaintext job (``plaintext=True``): its coordinator traffic and
 #: feed in the clear, to measure what the default TLS feed costs (``--systems tfcoord,tfcoord-plaintext``).
 TFCOORD_PLAINTEXT = "tfcoord-plaintext"
@@ -162,6 +176,29 @@ def measure(system: str, sc: Any, rdd: Any, warm: Any, records: int, base: str, 
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def measure_floor(rdd: Any, warm: Any, records: int) -> dict[str, Any]:
+    """Spark hands the partitions to a function that only counts them: the feed's floor."""
+
+    def count(it: Any) -> list[int]:
+        n = 0
+        for _ in it:
+            n += 1
+        return [n]
+
+    warm.mapPartitions(count).sum()
+    t0 = time.perf_counter()
+    seen = rdd.mapPartitions(count).sum()
+    elapsed = time.perf_counter() - t0
+    return {
+        "system": FLOOR,
+        "ok": seen == records,
+        "records": records,
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(records / elapsed),
+        **({} if seen == records else {"error": f"counted {seen} records of {records}"}),
+    }
+
+
 def _spark_context(master: str, executors: int, extra_path: str | None) -> Any:
     from pyspark import SparkConf, SparkContext
 
@@ -198,6 +235,7 @@ def summarize(rows: list[dict[str, Any]], records: int, spark_version: str, node
         return round(statistics.median(rates)) if rates else None
 
     ours, theirs, plain = median(TFCOORD), median(TFOS), median(TFCOORD_PLAINTEXT)
+    floor = median(FLOOR)
     ratio = round(ours / theirs, 2) if ours and theirs else None
     # What the default TLS feed costs against an explicitly plaintext job: 0.1 is 10 % slower.
     tls_cost = (
@@ -217,6 +255,9 @@ def summarize(rows: list[dict[str, Any]], records: int, spark_version: str, node
         "ratio": ratio,
         "target_ratio": TARGET_RATIO,
         "meets_target": None if ratio is None else ratio >= TARGET_RATIO,
+        "floor_records_per_s": floor,
+        "ratio_to_floor": round(ours / floor, 3) if ours and floor else None,
+        "loadavg": load_average(),
         **tls_cost,
     }
 
@@ -262,13 +303,17 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     try:
         with LocalSparkCluster(cores=1, workers=args.nodes, memory_mb=3072) as cluster:
-            for system in systems:
+            for system in [FLOOR, *systems]:
                 sc = _spark_context(cluster.master_url, args.nodes, args.tfos_path)
                 try:
                     rdd = sc.parallelize(range(args.records), args.partitions).map(lambda i: (i, i * 0.5))
                     warm = sc.parallelize(range(WARMUP_RECORDS), 2).map(lambda i: (i, i * 0.5))
                     for _ in range(args.repeats):
-                        row = measure(system, sc, rdd, warm, args.records, base, args.nodes)
+                        row = (
+                            measure_floor(rdd, warm, args.records)
+                            if system == FLOOR
+                            else measure(system, sc, rdd, warm, args.records, base, args.nodes)
+                        )
                         rows.append(row)
                         print(json.dumps(row), flush=True)
                         if not row["ok"]:
@@ -279,11 +324,25 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
     summary = summarize(rows, args.records, pyspark.__version__, args.nodes)
     print(json.dumps(summary), flush=True)
+    row = figure(
+        f"feed, {args.nodes} executor(s) x 1 core: records/s",
+        unit="records/s",
+        tfcoord=summary["tfcoord_records_per_s"],
+        floor=summary["floor_records_per_s"],
+        anchor=summary["tfos_records_per_s"],
+        anchor_name="TensorFlowOnSpark 2.2.5",
+        goal=TARGET_RATIO_TO_FLOOR,
+        higher_is_better=True,
+        shape=f"{args.records:,} records in {args.partitions} partitions; {summary['shape']}",
+        loadavg=summary["loadavg"],
+    )
+    print(json.dumps(row), flush=True)
     if not args.json:
         for r in rows:
             line = f"{r['records_per_s']:>12,} records/s" if r.get("ok") else f"FAIL {r['error'][-200:]}"
             print(f"{r['system']:<26}{line}", file=sys.stderr)
         print(f"ratio tfcoord / TensorFlowOnSpark: {summary['ratio']} ({summary['shape']})", file=sys.stderr)
+        print(f"ratio tfcoord / floor (Spark counting): {summary['ratio_to_floor']}", file=sys.stderr)
         if "tls_cost" in summary:
             print(f"TLS feed cost vs plaintext=True: {summary['tls_cost']:.1%}", file=sys.stderr)
     return 0
