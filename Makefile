@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-local test test-quick lint typecheck format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-load bench-recovery docs clean
+.PHONY: install demo demo-local test test-quick lint typecheck format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-node-death bench-load bench-recovery docs clean
 
 $(STAMP): pyproject.toml client/pyproject.toml node/pyproject.toml coordinator/pyproject.toml aliases/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,32 +73,62 @@ $(BENCH_STAMP): $(STAMP)
 	$(BENCH_PY) -m pip install --quiet tfmesos2==0.4.0 six
 	touch $(BENCH_STAMP)
 
-## Every benchmark, side by side with its anchor (about 20 minutes on two cores).
-bench: bench-rendezvous bench-spark bench-feed bench-mesos bench-load bench-recovery
+## Every benchmark beside its anchor and its floor (what the same work costs with no
+## coordinator, measured in the same run), then one table of them all: benchmarks/results.md
+## (about 25 minutes on two cores). The sizes are these variables, e.g. make bench FEED_RECORDS=1000000;
+## the table's shape column says which ran. Each benchmark's --json output is kept in benchmarks/out/.
+BENCH_OUT := benchmarks/out
+RENDEZVOUS_NODES ?= 10,100,1000,10000
+FEED_RECORDS ?= 300000
+SPARK_REPEATS ?= 5
+MESOS_RUNS ?= 3
+DEATH_REPEATS ?= 3
+bench: $(BENCH_STAMP)
+	mkdir -p $(BENCH_OUT)
+	$(MAKE) bench-rendezvous bench-spark bench-feed bench-mesos bench-node-death
+	$(PY) benchmarks/results.py $(BENCH_OUT)/rendezvous.json $(BENCH_OUT)/spark_startup.json \
+		$(BENCH_OUT)/feed-1.json $(BENCH_OUT)/feed-3.json $(BENCH_OUT)/mesos_ready.json \
+		$(BENCH_OUT)/node_death.json --out benchmarks/results.md
+	cat benchmarks/results.md
+	$(MAKE) bench-load bench-recovery
 
-## Rendezvous of N simulated nodes vs TensorFlowOnSpark 2.2.5's reservation server.
+## Rendezvous of N simulated nodes vs TensorFlowOnSpark 2.2.5's reservation server and the floor.
 bench-rendezvous: $(BENCH_STAMP)
-	$(BENCH_PY) benchmarks/rendezvous.py --nodes 10,100,1000,10000 --against tfos --json
+	mkdir -p $(BENCH_OUT)
+	$(BENCH_PY) benchmarks/rendezvous.py --nodes $(RENDEZVOUS_NODES) --against tfos --json > $(BENCH_OUT)/rendezvous.json && cat $(BENCH_OUT)/rendezvous.json
 
-## run() to every node in map_fun, and to shutdown(), vs TensorFlowOnSpark 2.2.5 on one Spark cluster.
+## run() to every node in map_fun, vs TensorFlowOnSpark 2.2.5 and a no-op Spark job on one Spark cluster.
 bench-spark: $(BENCH_STAMP)
-	$(BENCH_PY) benchmarks/spark_startup.py --json --repeats 5
+	mkdir -p $(BENCH_OUT)
+	$(BENCH_PY) benchmarks/spark_startup.py --json --repeats $(SPARK_REPEATS) > $(BENCH_OUT)/spark_startup.json && cat $(BENCH_OUT)/spark_startup.json
 
-## Records per second fed through cluster.train, vs TensorFlowOnSpark 2.2.5.
+## Records per second fed through cluster.train, vs TensorFlowOnSpark 2.2.5 and Spark counting
+## the same partitions, on 1 and 3 executors x 1 core.
 bench-feed: $(BENCH_STAMP)
-	$(BENCH_PY) benchmarks/feed.py --records 1000000 --json
+	mkdir -p $(BENCH_OUT)
+	$(BENCH_PY) benchmarks/feed.py --records $(FEED_RECORDS) --nodes 1 --json > $(BENCH_OUT)/feed-1.json && cat $(BENCH_OUT)/feed-1.json
+	$(BENCH_PY) benchmarks/feed.py --records $(FEED_RECORDS) --nodes 3 --json > $(BENCH_OUT)/feed-3.json && cat $(BENCH_OUT)/feed-3.json
 
-## tfcoord vs tfmesos2 0.4.0 on the fake Mesos master: 1 ps + 2 workers to readiness.
+## tfcoord vs tfmesos2 0.4.0 and a bare scheduler on the fake Mesos master: 1 ps + 2 workers to readiness.
 bench-mesos: $(BENCH_STAMP)
-	$(BENCH_PY) benchmarks/mesos_ready.py --json
+	mkdir -p $(BENCH_OUT)
+	$(BENCH_PY) benchmarks/mesos_ready.py --runs $(MESOS_RUNS) --json > $(BENCH_OUT)/mesos_ready.json && cat $(BENCH_OUT)/mesos_ready.json
+
+## SIGKILL of a node's TensorFlow process to the driver's error, local engine and Spark, vs
+## TensorFlowOnSpark 2.2.5 and the OS reporting the exit to the parent.
+bench-node-death: $(BENCH_STAMP)
+	mkdir -p $(BENCH_OUT)
+	$(BENCH_PY) benchmarks/node_death.py --repeats $(DEATH_REPEATS) --tfos-timeout 30 --json > $(BENCH_OUT)/node_death.json && cat $(BENCH_OUT)/node_death.json
 
 ## A node's death to every node of the restarted cluster running again, vs a fresh submission.
 bench-recovery: $(STAMP)
-	$(PY) benchmarks/recovery.py --engines local,spark --json
+	mkdir -p $(BENCH_OUT)
+	$(PY) benchmarks/recovery.py --engines local,spark --json > $(BENCH_OUT)/recovery.json && cat $(BENCH_OUT)/recovery.json
 
 ## 10,000 heartbeating connections and 100 jobs, hostile frames, restart to resumed.
 bench-load: $(STAMP)
-	$(PY) benchmarks/load.py --json
+	mkdir -p $(BENCH_OUT)
+	$(PY) benchmarks/load.py --json > $(BENCH_OUT)/load.json && cat $(BENCH_OUT)/load.json
 
 ## The documentation site (docs/site/); `make -C docs deploy` publishes it.
 docs: $(STAMP)

@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from floor import figure, load_average  # noqa: E402
+from floor import figure, load_average
 
 TFOS = "tensorflowonspark-2.2.5"
 TFCOORD = "tfcoord"
@@ -333,7 +333,8 @@ def main() -> int:
         anchor_name="TensorFlowOnSpark 2.2.5",
         goal=TARGET_RATIO_TO_FLOOR,
         higher_is_better=True,
-        shape=f"{args.records:,} records in {args.partitions} partitions; {summary['shape']}",
+        shape=f"{args.records:,} records in {args.partitions} partitions; {args.nodes} node(s) on "
+        f"{args.nodes} executor(s) x 1 core (standalone: {args.nodes} worker(s) x 1 core)",
         loadavg=summary["loadavg"],
     )
     print(json.dumps(row), flush=True)

@@ -48,10 +48,7 @@ def figure(
     absolute time, given in ``note``) or none.
     """
     r = ratio(tfcoord, floor)
-    if goal is None or r is None:
-        met = None
-    else:
-        met = r >= goal if higher_is_better else r <= goal
+    met = None if goal is None or r is None else r >= goal if higher_is_better else r <= goal
     return {
         "figure": name,
         "unit": unit,

@@ -22,6 +22,12 @@ by ``/usr/bin/python3`` (the interpreter its tasks are hard-coded to use: it pas
 ``ready_s`` is how long its ``cluster()`` took to yield. Its tasks poll every 10 s and its
 scheduler sleeps a fixed 10 s. A failure (not installed, port taken, timeout) is recorded
 in the result instead of ending the benchmark.
+
+The floor (``mesos_floor.py``), on the same master in the same run, as many times as
+tfcoord and interleaved with its runs: a bare scheduler launching the same three tasks,
+each a Python that connects back once; ``floor_s`` is from its subscription to the third
+connection. The result carries ``floor_s`` (median), ``ratio_to_floor`` (tfcoord's median
+``ready_s`` over it; goal <= 2), the load average and a ``figure`` row for ``results.py``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_MASTER = ROOT / "tests" / "mesos" / "fake_master.py"
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from floor import figure, load_average, ratio  # noqa: E402
+from mesos_floor import run_floor  # noqa: E402
+
 from tfcoord.client import DriverClient  # noqa: E402
 from tfcoord.coordinator.mesos.config import MesosConfig  # noqa: E402
 from tfcoord.coordinator.mesos.jobs import MesosJob, parse_role  # noqa: E402
@@ -55,6 +65,9 @@ TFMESOS2_TIMEOUT_S = 240.0
 TFMESOS2_TASK_PYTHON = "/usr/bin/python3"
 #: The cluster both systems bring up: tfmesos2's default task size.
 ROLES = ("ps:1:cpus=1,mem=1024", "worker:2:cpus=1,mem=1024")
+#: The floor's tasks: the same three, the same sizes.
+FLOOR_TASKS = [("ps", 1.0, 1024.0), ("worker", 1.0, 1024.0), ("worker", 1.0, 1024.0)]
+TARGET_RATIO_TO_FLOOR = 2.0
 
 TFMESOS2_RUN = textwrap.dedent(
     """
@@ -183,18 +196,23 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mesos-bench-") as tmp:
         master = FakeMasterProcess(Path(tmp))
         try:
-            tfcoord_runs = []
+            tfcoord_runs, floor_runs = [], []
             for _ in range(args.runs):
                 try:
                     tfcoord_runs.append(run_tfcoord(master.address))
                 except Exception as e:  # a failed run is a result too
                     tfcoord_runs.append({"error": f"{type(e).__name__}: {e}"})
+                try:
+                    floor_runs.append(run_floor(master.address, FLOOR_TASKS))
+                except Exception as e:
+                    floor_runs.append({"error": f"{type(e).__name__}: {e}"})
             tfmesos2_runs = [
                 run_tfmesos2(master.address, args.tfmesos2_python) for _ in range(args.tfmesos2_runs)
             ]
         finally:
             master.stop()
     ours, theirs = median(tfcoord_runs, "ready_s"), median(tfmesos2_runs, "ready_s")
+    floor = median(floor_runs, "floor_s")
     result = {
         "benchmark": "mesos_ready",
         "cluster": {"ps": 1, "worker": 2},
@@ -211,6 +229,23 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_ready": round(ours / theirs, 4) if ours and theirs else None,
     }
     result["target_met"] = result["ratio_ready"] is not None and result["ratio_ready"] <= 0.1
+    result.update(
+        floor={"runs": floor_runs, "floor_s_median": floor},
+        floor_s=floor,
+        ratio_to_floor=ratio(ours, floor),
+        loadavg=load_average(),
+    )
+    result["figure"] = figure(
+        "Mesos readiness: submission to every task holding the spec",
+        unit="s",
+        tfcoord=ours,
+        floor=floor,
+        anchor=theirs,
+        anchor_name="tfmesos2 0.4.0",
+        goal=TARGET_RATIO_TO_FLOOR,
+        shape=f"1 ps + 2 workers on the fake master (own process); median of {args.runs}",
+        loadavg=result["loadavg"],
+    )
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -224,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"ratio   : {result['ratio_ready']} (target <= 0.1: {'met' if result['target_met'] else 'not met'})"
+        )
+        print(
+            f"floor   : {floor} s (a bare scheduler's tasks connecting back); tfcoord / floor {result['ratio_to_floor']}"
         )
     return 0
 

@@ -462,7 +462,8 @@ def main() -> int:
             rss = f"{r['coordinator_rss_mb']:.0f}" if r.get("ok") else "-"
             floor = f"  floor {r['floor_s']:.3f} s, {r['ratio_to_floor']}x" if r.get("floor_s") else ""
             print(
-                f"{r['system']:<28}{r['nodes']:>7}{t:>13}{rss:>9}{floor}  {r.get('error', '')}", file=sys.stderr
+                f"{r['system']:<28}{r['nodes']:>7}{t:>13}{rss:>9}{floor}  {r.get('error', '')}",
+                file=sys.stderr,
             )
     return 0
 

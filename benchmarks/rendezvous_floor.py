@@ -228,7 +228,16 @@ def run_floor(n: int) -> dict:
         port_file, token_file = Path(tmp, "port"), Path(tmp, "token")
         token_file.write_bytes(token)
         proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(port_file), "--token-file", str(token_file), "--nodes", str(n)]
+            [
+                sys.executable,
+                __file__,
+                "--serve",
+                str(port_file),
+                "--token-file",
+                str(token_file),
+                "--nodes",
+                str(n),
+            ]
         )
         try:
             deadline = time.monotonic() + 60

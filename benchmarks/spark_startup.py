@@ -51,6 +51,13 @@ alternate the order (tfcoord first on even repeats, TensorFlowOnSpark first on o
 Both systems share the executors' Python workers, so after a TensorFlowOnSpark run
 tfcoord's node forks ``map_fun`` from a worker holding TensorFlow.
 
+The floor runs in the same loop (a third system, ``floor``, warm-up and alternation
+included): a no-op Spark job with the same number of tasks on the same executors, each
+task writing ``time.time()`` on entry exactly as ``map_fun`` does and returning. Its
+``startup_s`` is what Spark takes to launch the tasks and start Python in them; the
+summary's ``floor_s`` is its median and ``ratio_to_floor`` tfcoord's median startup over
+it (goal <= 1.5), with the load average, then a ``figure`` row for ``results.py``.
+
 A TensorFlowOnSpark failure is recorded (``"ok": false`` with the error), not raised:
 the remaining repeats of it are skipped, tfcoord's still run. Output: one JSON line per
 system per run, then a summary line with medians, the ratio tfcoord startup /
@@ -73,10 +80,17 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor import figure, load_average
+from floor import ratio as ratio_of
 
 TFOS = "tensorflowonspark-2.2.5"
 TFCOORD = "tfcoord"
+FLOOR = "floor"
+TARGET_RATIO_TO_FLOOR = 1.5
 #: Generous: a run that has not formed its cluster by then has failed.
 RESERVATION_TIMEOUT_S = 120
 #: TensorFlowOnSpark's shutdown arms SIGALRM with this and exits the process if it fires.
@@ -233,7 +247,32 @@ def run_tfos(sc: Any, run_dir: str) -> dict[str, Any]:
     }
 
 
-RUNNERS = {TFCOORD: run_tfcoord, TFOS: run_tfos}
+def _noop_task(run_dir: str) -> Any:
+    """The floor's task function: ``map_fun``'s entry stamp, with no coordinator behind it."""
+
+    def enter(_: Any) -> None:
+        import os
+        import time
+
+        from pyspark import TaskContext
+
+        entered = time.time()
+        path = os.path.join(run_dir, f"enter-{TaskContext.get().partitionId()}")
+        with open(path + ".tmp", "w") as f:
+            f.write(repr(entered))
+        os.replace(path + ".tmp", path)
+
+    return enter
+
+
+def run_floor(sc: Any, run_dir: str) -> dict[str, Any]:
+    t0 = time.time()
+    sc.parallelize(range(NUM_EXECUTORS), NUM_EXECUTORS).foreachPartition(_noop_task(run_dir))
+    t_end = time.time()
+    return {"system": FLOOR, "ok": True, **_entry_figures(run_dir, t0), "job_s": round(t_end - t0, 4)}
+
+
+RUNNERS = {TFCOORD: run_tfcoord, TFOS: run_tfos, FLOOR: run_floor}
 
 
 def _error_text(e: BaseException) -> str:
@@ -322,16 +361,24 @@ def summarize(rows: list[dict[str, Any]], spark_version: str) -> dict[str, Any]:
         out["startup_ratio_target_met"] = ratio <= TARGET_RATIO
     if ours.get("median_coordination_s") is not None:
         out["coordination_target_met"] = ours["median_coordination_s"] < TARGET_COORDINATION_S
+    floor = out.get(FLOOR, {}).get("median_startup_s")
+    out["floor_s"] = floor
+    out["ratio_to_floor"] = ratio_of(ours.get("median_startup_s"), floor)
+    out["loadavg"] = load_average()
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5, help="measured runs per system (after the warm-up)")
-    ap.add_argument("--systems", default=f"{TFCOORD},tfos", help="comma list of tfcoord, tfos")
+    ap.add_argument(
+        "--systems",
+        default=f"{TFCOORD},tfos,floor",
+        help="comma list of tfcoord, tfos, floor (the no-op job)",
+    )
     ap.add_argument("--json", action="store_true", help="print JSON lines only")
     args = ap.parse_args()
-    names = {"tfcoord": TFCOORD, "tfos": TFOS}
+    names = {"tfcoord": TFCOORD, "tfos": TFOS, "floor": FLOOR}
     systems = [names[s] for s in args.systems.split(",") if s]
 
     import pyspark
@@ -387,6 +434,18 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
     summary = summarize(rows, pyspark.__version__)
     print(json.dumps(summary), flush=True)
+    row = figure(
+        "Spark startup: run() to every node in map_fun",
+        unit="s",
+        tfcoord=summary.get(TFCOORD, {}).get("median_startup_s"),
+        floor=summary["floor_s"],
+        anchor=summary.get(TFOS, {}).get("median_startup_s"),
+        anchor_name="TensorFlowOnSpark 2.2.5",
+        goal=TARGET_RATIO_TO_FLOOR,
+        shape=f"{NUM_EXECUTORS} executors x 1 core, 1 standalone worker; median of {args.repeats} warm runs",
+        loadavg=summary["loadavg"],
+    )
+    print(json.dumps(row), flush=True)
     if not args.json:
         print(
             f"\n{'system':<26}{'startup_s':>11}{'run_ret_s':>11}{'shutdown_s':>12}{'coord_ms':>10}",
