@@ -19,7 +19,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from tfcoord.client import DriverClient, JobFailed, JobSpec, TfcoordError, auth, connfile, make_roles
+from tfcoord.client import (
+    DeadlineExceeded,
+    DriverClient,
+    JobFailed,
+    JobSpec,
+    TfcoordError,
+    auth,
+    connfile,
+    make_roles,
+)
 from tfcoord.client.entry import ADDRESS_ENV, SECRET_FILE_ENV
 from tfcoord.client.messages import MAX_TIMEOUT_S
 from tfcoord.client.progress import ProgressLines
@@ -33,7 +42,7 @@ from tfcoord.node.feeder import FeedPlan, FeedTarget, control, inference_partiti
 from tfcoord.node.parallel import ParallelTask, ParallelTaskFailed
 from tfcoord.node.tlsfiles import TlsFiles
 
-from . import resources
+from . import console, resources
 from .session import CoordinatorLink
 
 log = logging.getLogger("tfcoord.spark")
@@ -224,6 +233,7 @@ def run(
     deadline_s: float | None = None,
     feed_bind: str | None = None,
     role_resources: Mapping[str, Any] | None = None,
+    quiet: bool | None = None,
 ) -> SparkCluster:
     """Start a TensorFlow cluster on Spark executors and run ``map_fun(tf_args, ctx)`` on each.
 
@@ -253,6 +263,11 @@ def run(
     Spark gave its task, and a role without GPUs runs with ``CUDA_VISIBLE_DEVICES=""``. Left as
     None, it comes from the Spark configuration (``spark.tfcoord.resources.<role>.<cpus|gpus|memory>``).
     ``ctx.resources`` tells each node what its task was given.
+    ``quiet``: no progress on stderr. Left as None, from the Spark setting
+    ``spark.tfcoord.quiet`` or the environment variable ``TFCOORD_QUIET``. Otherwise, unless
+    the program configured logging itself, the reservation's progress (who is still
+    missing), readiness, each node's end and the outcome are printed on stderr (see
+    :mod:`tfcoord.driver.console`).
 
     ``executor_setup``: called in each node's process before ``map_fun`` (it is pickled, so
     a module-level function of a module the executors can import); the TensorFlowOnSpark layer
@@ -293,6 +308,11 @@ def run(
         raise ValueError(f"queues must be a list of queue names, not {queues!r}")
     roles = make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
     given, profiles = _role_profiles(sc, role_resources, roles, driver_ps_nodes)
+    console.show_progress(
+        quiet
+        if quiet is not None
+        else console.quiet_from(os.environ, sc.getConf().get(console.QUIET_CONF, None))
+    )
     policy = restart_policy(sc, max_restarts, restart_on, restart_backoff_s, deadline_s)
     if policy["max_restarts"] and input_mode == InputMode.SPARK:
         raise ValueError(
@@ -423,6 +443,8 @@ class SparkCluster:
         self.profiles: dict[str, Any] = {}
         #: The job's status when it formed, then when it ended (``shutdown``).
         self.status: JobStatus | None = None
+        #: The driver's progress lines (reservation, readiness, node ends), logged once each.
+        self._progress = ProgressLines(lambda line: log.info("%s", line), final=False)
 
     @property
     def cluster_info(self) -> list[dict[str, Any]]:
@@ -519,9 +541,12 @@ class SparkCluster:
         def settled(st: JobStatus) -> bool:
             return st.state in FORMED_JOB or st.terminal or st.state == JobState.STOPPING
 
-        progress = ProgressLines(lambda line: log.info("%s", line))
         st = watch_until(
-            self.driver, self.job, settled, timeout_s=self.spec.reservation_timeout_s + 60, on_change=progress
+            self.driver,
+            self.job,
+            settled,
+            timeout_s=self.spec.reservation_timeout_s + 60,
+            on_change=self._progress,
         )
         if not settled(st):
             raise JobFailed(self.job, f"job {self.job} is still {st.state} after the reservation timeout", st)
@@ -603,6 +628,23 @@ class SparkCluster:
                 traceback), or a node failed within ``grace_secs``.
         """
         try:
+            st = self._shutdown(ssc, grace_secs, timeout)
+        except JobFailed as e:
+            _log_outcome(str(e).strip().splitlines()[0] if str(e).strip() else f"job {self.job} failed")
+            raise
+        if st.state == JobState.SUCCEEDED:
+            _log_outcome(f"job {st.job} {st.state}")
+            for n in st.nodes:
+                if n.results:
+                    _log_outcome(
+                        f"  {n.name} on {n.host}: " + " ".join(f"{k}={v}" for k, v in n.results.items())
+                    )
+        else:
+            _log_outcome(f"job {st.job} {st.state}: {st.stop_reason or st.error}")
+        return st
+
+    def _shutdown(self, ssc: Any, grace_secs: float, timeout: float) -> JobStatus:
+        try:
             wait_s = timeout if timeout > 0 else FOREVER_S
             if grace_secs > 0:
                 self._serving_grace(grace_secs)
@@ -621,7 +663,11 @@ class SparkCluster:
                         f"shutdown: the nodes were still running {grace_secs:g} s "
                         "(grace_secs) after the feed ended",
                     )
-            st = self.driver.await_job(self.job, timeout_s=wait_s, raise_on_failure=False)
+            st = watch_until(self.driver, self.job, ended, timeout_s=wait_s, on_change=self._progress)
+            if not st.terminal:
+                raise DeadlineExceeded(
+                    f"job {self.job} is still {st.state} after shutdown's timeout of {wait_s:g} s"
+                )
             for t in self._threads:  # ps/evaluator tasks end once told to stop
                 t.join(timeout=60)
             # Late reports: a ps or evaluator acknowledging its stop (or failing), a node whose
@@ -887,6 +933,14 @@ class SparkCluster:
         """Block until the job stops taking data (a stop was requested, a node terminated its
         feed, or the job ended)."""
         watch_until(self.driver, self.job, _stop_requested, timeout_s=timeout_s)
+
+
+#: Marks the log records that say how a job ended: ``tfcoord submit`` prints its own outcome.
+OUTCOME = "tfcoord_outcome"
+
+
+def _log_outcome(line: str) -> None:
+    log.info("%s", printable(line), extra={OUTCOME: True})
 
 
 def _stop_requested(st: JobStatus) -> bool:
@@ -1204,4 +1258,5 @@ class _ProgressHandler(logging.Handler):
         self._emit = emit
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._emit(record.getMessage())
+        if not getattr(record, OUTCOME, False):  # submit says how the job ended, with its results
+            self._emit(record.getMessage())
