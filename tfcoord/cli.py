@@ -36,6 +36,7 @@ import hmac
 import json
 import logging
 import os
+import shlex
 import signal
 import socket
 import ssl
@@ -142,6 +143,8 @@ class ServeConfig:
     http_port: int | None = None
     http_port_file: Path | None = None
     http_token: bytes | None = None
+    #: Where the viewing token is kept: the log says how to open the dashboard with it.
+    http_token_file: Path | None = None
     #: May also stop jobs over HTTP; None: no one may.
     http_admin_token: bytes | None = None
     notify_socket: str | None = None
@@ -548,6 +551,15 @@ async def _serve(cfg: ServeConfig) -> None:
         service.replayed,
         cfg.state_dir or "memory",
     )
+    site = service.archive_site()
+    if site is not None and cfg.http_token_file is not None:
+        # The token stays in its file (tokens do not belong in logs): the line says how to
+        # open the dashboard with it, ready to paste into a shell on this machine.
+        log.info(
+            "dashboard: %s/?token=$(cat %s)  (the page keeps the token in its tab and drops it from the address)",
+            site.base_url,
+            shlex.quote(str(cfg.http_token_file)),
+        )
     status = f"listening on {service.host}:{service.port}"
     if service.http_port:
         status += f", HTTP on {cfg.http_host}:{service.http_port}"
@@ -675,6 +687,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         http_port_file=Path(args.http_port_file) if args.http_port_file else None,
         http_token=http_token,
+        http_token_file=Path(args.http_token_file).resolve() if args.http_token_file else None,
         http_admin_token=http_admin_token,
         notify_socket=os.environ.get(NOTIFY_SOCKET_ENV) or None,
         ssl_context=ssl_context,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -367,3 +368,109 @@ def test_the_dashboard_shows_a_restarted_jobs_generation_and_each_cause(browser,
             page.close()
             for n in nodes:
                 n.close()
+
+
+def _log_position(page: object) -> dict:
+    return page.evaluate(  # type: ignore[attr-defined]
+        "() => { const p = document.getElementById('logs');"
+        " return { top: p.scrollTop, atEnd: p.scrollTop + p.clientHeight >= p.scrollHeight - 4,"
+        " scrollable: p.scrollHeight > p.clientHeight + 100 }; }"
+    )
+
+
+def test_the_log_pane_opens_at_the_newest_line_follows_and_dead_links_are_marked(browser, served):
+    """More lines than one batch and one screen: the pane opens at the newest, follows new lines,
+    stays where the user scrolled up to, and follows again at the bottom; once the job ended the
+    TensorBoard (its node ended) and Spark UI (its application ended with the job) links are marked."""
+    expect = playwright_api.expect
+    coord, base = served
+    spec = JobSpec(roles=make_roles(1), name="log-pane", labels={"spark_ui_url": "http://127.0.0.1:4040/"})
+    with DriverClient(coord.address, coord.secret) as d:
+        job = d.submit(spec)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        errors: list[str] = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        with NodeClient(coord.address, d.job_token(job), job, 0).connect() as n:
+            try:
+                n.register("127.0.0.1", 7300, meta={"tensorboard_url": "http://127.0.0.1:6006/"})
+                n.await_cluster(10)
+                n.report("RUNNING")
+                for start in range(0, 1200, 200):  # 1,200 lines: three of the page's batches
+                    n.send_logs("stdout", [f"training line {i}" for i in range(start, start + 200)])
+                page.goto(f"{base}/?token={TOKEN.decode()}#job={job}")
+                logs = page.locator("#logs")
+                expect(logs).to_contain_text("training line 1199", timeout=UPDATE_WAIT_MS)
+                page.wait_for_function(
+                    "() => { const p = document.getElementById('logs');"
+                    " return p.scrollTop + p.clientHeight >= p.scrollHeight - 4; }",
+                    timeout=UPDATE_WAIT_MS,
+                )
+                pos = _log_position(page)
+                assert pos["scrollable"] and pos["atEnd"] and pos["top"] > 0
+                expect(page.locator("#tensorboard-link")).not_to_have_class(re.compile("dead"))
+                expect(page.locator("#spark-ui-link")).not_to_have_class(re.compile("dead"))
+
+                n.send_logs("stdout", ["followed line A"])  # at the bottom: the pane follows
+                expect(logs).to_contain_text("followed line A", timeout=UPDATE_WAIT_MS)
+                page.wait_for_function(
+                    "() => { const p = document.getElementById('logs');"
+                    " return p.scrollTop + p.clientHeight >= p.scrollHeight - 4; }",
+                    timeout=UPDATE_WAIT_MS,
+                )
+
+                page.locator("#logs").evaluate("p => { p.scrollTop = 100; }")  # the user reads back
+                page.wait_for_function("() => document.getElementById('logs').scrollTop === 100")
+                n.send_logs("stdout", ["unfollowed line B"])
+                expect(logs).to_contain_text("unfollowed line B", timeout=UPDATE_WAIT_MS)
+                assert _log_position(page)["top"] == 100  # left where the user is reading
+
+                page.locator("#logs").evaluate("p => { p.scrollTop = p.scrollHeight; }")  # back down
+                page.wait_for_function(
+                    "() => { const p = document.getElementById('logs');"
+                    " return p.scrollTop + p.clientHeight >= p.scrollHeight - 4; }"
+                )
+                n.send_logs("stdout", ["followed again C"])
+                expect(logs).to_contain_text("followed again C", timeout=UPDATE_WAIT_MS)
+                page.wait_for_function(
+                    "() => { const p = document.getElementById('logs');"
+                    " return p.scrollTop + p.clientHeight >= p.scrollHeight - 4; }",
+                    timeout=UPDATE_WAIT_MS,
+                )
+
+                n.report("SUCCEEDED")
+                expect(page.locator(".jobhead .state")).to_have_text("SUCCEEDED", timeout=UPDATE_WAIT_MS)
+                for link in ("#tensorboard-link", "#spark-ui-link", '[data-node="worker:0"] a'):
+                    expect(page.locator(link)).to_have_class(re.compile("dead"), timeout=UPDATE_WAIT_MS)
+                    expect(page.locator(link)).to_have_attribute("data-dead", "true")
+                expect(page.locator("#tensorboard-link")).to_have_attribute(
+                    "title", "TensorBoard ended with worker:0 (SUCCEEDED)"
+                )
+                assert errors == []
+            finally:
+                page.close()
+
+
+def test_serve_logs_how_to_open_its_dashboard_and_the_line_opens_it(browser, tmp_path):
+    """``tfcoord serve``'s log names the dashboard's URL with the token read from its file (the
+    token itself stays out of the log); the line, pasted into a shell, opens the dashboard."""
+    from tests.integration.served import Served
+
+    served = Served(tmp_path, http=True)
+    try:
+        line = next(ln for ln in served.log.splitlines() if "dashboard: " in ln)
+        token = served.http_token_file.read_text().strip()
+        assert token not in served.log
+        command = line.split("dashboard: ", 1)[1].split("  (", 1)[0]
+        assert command == f"http://127.0.0.1:{served.http_port}/?token=$(cat {served.http_token_file})"
+        url = subprocess.run(["bash", "-c", f'echo "{command}"'], capture_output=True, text=True, check=True)
+        page = browser.new_page(viewport={"width": 1200, "height": 800})
+        try:
+            page.goto(url.stdout.strip())
+            playwright_api.expect(page.locator("#jobs-panel")).to_be_visible(timeout=UPDATE_WAIT_MS)
+            playwright_api.expect(page.locator("#login")).to_be_hidden()
+            assert "token" not in page.url
+        finally:
+            page.close()
+    finally:
+        served.stop()
