@@ -191,6 +191,8 @@ def test_a_stop_ends_feeding_after_what_was_handed_over(server):
     assert got == list(range(len(got))) and len(got) < 1_000_000  # a prefix, then nothing
     assert fw.FeederState  # the next feeder is told to stop at once
     assert list(feed(_plan(target), 1, [1])) == []
+    with pytest.raises(fw.FeedStopped):  # a stopping job owes an inference its results: an error
+        list(feed(_plan(target, train=False), 2, [1]))
 
 
 def test_terminate_drops_the_queue_and_tells_the_supervisor(server):
@@ -201,8 +203,9 @@ def test_terminate_drops_the_queue_and_tells_the_supervisor(server):
     df.terminate()
     assert t.outcome() == []  # told to stop: the training feeder ends quietly
     assert df.should_stop() and terminated == ["DataFeed.terminate() on worker:0 (executor 0, host test)"]
-    with pytest.raises(fw.FeedStopped):
-        list(feed(_plan(target, train=False), 1, [1]))
+    # The node wants no more: an inference feeder skips its partition too, without error
+    # (TensorFlowOnSpark's feeders skip the partitions of a terminating node).
+    assert list(feed(_plan(target, train=False), 1, [1])) == []
 
 
 def test_batch_results_must_match_the_batch(server):

@@ -450,3 +450,20 @@ def export_then_evaluate(args: Any, ctx: Any) -> None:
             n += len(feed.next_batch(100))
     time.sleep(args.export_s)  # writing a SavedModel that takes a while
     (out / "exported").write_text(str(n))
+
+
+def tfos_infer_then_terminate(args: Any, ctx: Any) -> None:
+    """TensorFlowOnSpark's inference loop that ends its feed early: answer each batch, and once
+    ``args.limit`` records are answered call ``terminate()`` and return while Spark still feeds."""
+    from tfcoord.compat.tensorflowonspark import TFNode
+
+    tf_feed = TFNode.DataFeed(ctx.mgr, False)
+    answered: list[Any] = []
+    while not tf_feed.should_stop():
+        batch = tf_feed.next_batch(10)
+        if batch:
+            tf_feed.batch_results([x * x for x in batch])
+            answered += batch
+            if len(answered) >= args.limit:
+                tf_feed.terminate()
+    _record(args, ctx, consumed=len(answered), records=answered)

@@ -7,9 +7,9 @@ The feed (a Spark task streaming a partition to a node's feed port, see
 Welcome). After the handshake::
 
     feeder → node    open      {kind, partition, qname, train, feed_timeout_s, reason}
-    node   → feeder  accepted  {credit, node}   |  stop {reason}  |  error {code, message}
+    node   → feeder  accepted  {credit, node}   |  stop {reason, terminated}  |  error {code, message}
     feeder → node    batch     {records}  ...  end
-    node   → feeder  credit {n} | results {results} | done | stop {reason} | keepalive | error
+    node   → feeder  credit {n} | results {results} | done | stop {reason, terminated} | keepalive | error
 """
 
 from __future__ import annotations
@@ -110,6 +110,10 @@ class Stop(m.Message):
 
     op: ClassVar[str] = "stop"
     reason: str = _f(_text(MAX_ERROR_LEN + MAX_TEXT_LEN))
+    #: The node's own ``DataFeed.terminate()`` ended its feed: the partitions it did not take
+    #: are not wanted, so an inference feeder returns the results it has, without error
+    #: (TensorFlowOnSpark's feeders skip them). False: the job is stopping.
+    terminated: bool = _f(_bool, default=False)
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,8 @@ class FeedServer:
         self._stopped = ""  # why the node takes no more data
         self._failed = ""  # map_fun's traceback, once it failed
         self._closed = threading.Event()
+        #: Set once the driver said the feed is over (``eof``: its ``shutdown()``).
+        self.feed_over = threading.Event()
         self.terminated = False
         #: Partitions fed from inside this process (``open_local``), and the results
         #: ``batch_results`` sent back for their records, by the queue they went to.
@@ -345,7 +347,7 @@ class FeedServer:
                 q.set_eof()
             conns = list(self._conns.values())
             self._cond.notify_all()
-        frame = fw.frame(fm.Stop(reason=self._stopped))
+        frame = fw.frame(fm.Stop(reason=self._stopped, terminated=self.terminated))
         for c in conns:
             c.send(frame)
 
@@ -358,6 +360,7 @@ class FeedServer:
             self._on_terminate(reason)
 
     def end_of_feed(self) -> None:
+        self.feed_over.set()
         with self._cond:
             self._eof = True
             for q in self._queues.values():
@@ -466,7 +469,7 @@ class FeedServer:
                         message=_tail(f"map_fun on {self.node} failed:\n{self._failed}"),
                     )
                 elif self._stopped:
-                    early = fm.Stop(reason=self._stopped)
+                    early = fm.Stop(reason=self._stopped, terminated=self.terminated)
                 else:
                     pid, self._next_pid = self._next_pid, self._next_pid + 1
                     conn = _Conn(

@@ -74,6 +74,13 @@ FEED_STOP_GRACE_S = 10.0
 FEED_BACKLOG = 128
 #: What map_fun's process says on its outcome pipe when its ``DataFeed.terminate()`` ran.
 FEED_TERMINATED = "feed_terminated"
+#: How long a background fed node's port goes on answering after the job ended (its feed
+#: terminated: "skip the partition"; its map_fun failed: the node's error). Spark still runs
+#: the feeding tasks it had queued then (and retries a failed one), back to back, each
+#: answered in milliseconds; without an answer they would fail with "cannot reach the feed
+#: port" and be retried. The driver's ``shutdown()`` ends it sooner (it says the feed is
+#: over), and the node dies with its executor anyway.
+FEED_AFTERLIFE_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -286,9 +293,12 @@ class ForkedFunction(Child):
     registering, accepted on by map_fun's process) and TensorBoard beside the chief.
     """
 
-    def __init__(self, spec: NodeSpec, executor_id: int) -> None:
+    def __init__(self, spec: NodeSpec, executor_id: int, afterlife_s: float = 0.0) -> None:
         self.spec = spec
         self.executor_id = executor_id
+        #: How long :meth:`afterlife` keeps the feed port answering after the node ended;
+        #: 0: it is closed with the node (:meth:`close`).
+        self.afterlife_s = afterlife_s
         self.role, self.index = spec.slots[executor_id]
         self.ssl_context = spec.tls.context() if spec.tls is not None else None  # the files are read once
         self._fork = multiprocessing.get_context("fork")
@@ -306,7 +316,8 @@ class ForkedFunction(Child):
         self._outcome: tuple[str, Any] = ("", None)
         self._reader: threading.Thread | None = None
         self._feed_terminated = threading.Event()
-        #: After a terminated feed: answers the feeders still coming that the node takes no data.
+        #: After map_fun ended with its feed terminated, or failed: answers the feeders still
+        #: coming that the node takes no data, or with its error.
         self._lingering: FeedServer | None = None
         # Where summaries go and TensorBoard looks; map_fun finds it in TFCOORD_LOG_DIR.
         self._logdir = spec.log_dir or os.path.join(spec.working_dir or os.getcwd(), "tensorboard")
@@ -421,7 +432,7 @@ class ForkedFunction(Child):
         kind, payload = self._outcome
         self._proc.join()
         self._ended.set()
-        self._after_feed(kind == "result")
+        self._after_feed(kind == "result", str(payload) if kind == "error" else "")
         code = self._proc.exitcode or 0
         if kind == "error":
             return ChildExit(str(payload), code or 1)
@@ -431,13 +442,19 @@ class ForkedFunction(Child):
             return ChildExit(f"map_fun process exited with code {code} without finishing", code or 1)
         return ChildExit("", 0, payload or {})
 
-    def _after_feed(self, succeeded: bool) -> None:
-        """map_fun ended: feeders are refused from now on, unless its feed was terminated and it
-        succeeded; then its feeding tasks still to come are told the node takes no more data, so
-        they skip their partitions (TensorFlowOnSpark's) while the other nodes are fed on."""
+    def _after_feed(self, succeeded: bool, error: str) -> None:
+        """map_fun ended: its feeding tasks still to come are answered by this process now.
+
+        After its feed was terminated and it succeeded, they are told the node takes no more
+        data, so they skip their partitions (TensorFlowOnSpark's) while the other nodes are
+        fed on; after it failed, they are told its error (``error``, the traceback), so
+        Spark's task error and the driver's carry it. Otherwise (it returned with its feed
+        open, or died without a word) feeders are refused from now on.
+        """
         if self._feed_sock is None:
             return
-        if not (succeeded and self._feed_terminated.is_set()):
+        terminated = succeeded and self._feed_terminated.is_set()
+        if not (terminated or error):
             self._feed_sock.close()
             return
         from .datafeed import FeedServer
@@ -445,7 +462,10 @@ class ForkedFunction(Child):
         self._lingering = FeedServer(
             self._feed_sock, self.spec.token, self.spec.job, self._node, tls=self._feed_tls
         ).start()  # the same certificate: feeders pin it
-        self._lingering.stop(f"DataFeed.terminate() on {self._node}: its feed is over")
+        if terminated:
+            self._lingering.terminate(f"DataFeed.terminate() on {self._node}: its feed is over")
+        else:
+            self._lingering.fail(error)
 
     def lingers(self) -> bool:
         return self._lingering is not None
@@ -483,7 +503,18 @@ class ForkedFunction(Child):
     def close(self) -> None:
         if self._board is not None:
             self._board.stop()
+        if self._lingering is not None and self.afterlife_s > 0:
+            return  # still answering late feeders: afterlife() closes it
         if self._lingering is not None:
+            self._lingering.close()
+        if self._feed_sock is not None:
+            self._feed_sock.close()
+
+    def afterlife(self) -> None:
+        """After the node's end (its supervisor is done): keep answering late feeders for up
+        to :attr:`afterlife_s`, or until the driver says the feed is over; then close."""
+        if self._lingering is not None:
+            self._lingering.feed_over.wait(self.afterlife_s)
             self._lingering.close()
         if self._feed_sock is not None:
             self._feed_sock.close()
@@ -619,12 +650,18 @@ def _background_node(
 ) -> None:
     """A background node's process (see :mod:`.background`): ``started()`` once map_fun runs."""
     role, index = spec.slots[executor_id]
+    # Its Spark task has returned: the feeding tasks Spark still runs after the job ended
+    # are answered by this process for a while (see FEED_AFTERLIFE_S).
+    child = ForkedFunction(spec, executor_id, afterlife_s=FEED_AFTERLIFE_S)
     try:
-        sup = start_node(spec, executor_id, attempt, task_id, resources)
+        cfg = supervisor_config(spec, executor_id, attempt, task_id, resources, child.ssl_context)
+        sup = NodeSupervisor(cfg, child).start()
         if sup.wait_running():
             started()
         outcome = sup.wait()
     except TfcoordError as e:
         raise NodeFailed(f"{role}:{index} (executor {executor_id}): {e}") from None
+    finally:
+        child.afterlife()
     if outcome.state == FAILED:
         raise NodeFailed(f"{role}:{index} (executor {executor_id}) failed:\n{outcome.error}")

@@ -117,7 +117,8 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
         FeedError: the node failed (the message carries its traceback), went away, or
             refused the feed; FeedTimeout: its consumer stalled for ``feed_timeout``;
             UnsupportedRecord: a record cannot travel (the message names the type).
-        FeedStopped: inference only, the node stopped taking data before every result came back.
+        FeedStopped: inference only, the job stopped before every result came back (after the
+            node's own ``DataFeed.terminate()`` the results it gave are yielded, no error).
     """
     target = plan.target(partition)
     stream = _open(plan, target)
@@ -190,7 +191,9 @@ def feed(plan: FeedPlan, partition: int, records: Iterable[Any]) -> Iterator[Any
                 state.ended = True
         while not state.finished:
             yield from receive()
-        if state.stopped and not plan.train:
+        # A node that terminated its feed wants no more of it: the results it gave are all
+        # there will be (TensorFlowOnSpark skips such partitions). A stopping job is an error.
+        if state.stopped and not plan.train and not state.terminated:
             raise fw.FeedStopped(
                 f"{target.node} stopped taking data ({state.stopped}) before every result of "
                 f"the partition came back"

@@ -318,6 +318,8 @@ class FeederState:
     ended: bool = False
     done: bool = False
     stopped: str = ""
+    #: The stop was the node's own ``DataFeed.terminate()``: what it did not take is not wanted.
+    terminated: bool = False
     results: list[Any] | None = None
 
     def __post_init__(self) -> None:
@@ -363,6 +365,7 @@ class FeederState:
             self.done = True
         elif isinstance(msg, fm.Stop):
             self.stopped = msg.reason or "the node takes no more data"
+            self.terminated = msg.terminated
         elif isinstance(msg, m.Error):
             if msg.code == ErrorCode.FEED_TIMEOUT:
                 raise FeedTimeout(msg.message)
