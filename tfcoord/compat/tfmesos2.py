@@ -41,6 +41,7 @@ import logging
 import math
 import os
 import queue
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -55,10 +56,13 @@ from tfcoord.coordinator.embedded import EmbeddedCoordinator
 from tfcoord.coordinator.mesos.config import (
     ARCHIVE_PASSWORD_ENV,
     ARCHIVE_USER_ENV,
+    ENV_ENV,
     FORCE_PULL_ENV,
+    PYTHON_ENV,
     FetchUri,
     MesosConfig,
     Volume,
+    parse_env,
 )
 from tfcoord.coordinator.mesos.errors import MesosConfigError
 from tfcoord.coordinator.mesos.jobs import MesosJob, RoleResources
@@ -361,10 +365,28 @@ def _jobs(jobs: Any) -> list[Job]:
     return [j if isinstance(j, Job) else Job(**j) for j in jobs]
 
 
+def scheduler_python_path(
+    environ: Mapping[str, str], tasks_env: Mapping[str, str], *, image: str | None, python: str | None
+) -> str | None:
+    """The tasks' ``PYTHONPATH`` as tfmesos2 0.4.0 sets it: this process's ``sys.path``.
+
+    tfmesos2 gives every task its scheduler's ``sys.path``, so tasks run without an image of
+    their own (the Mesos containerizer, a filesystem shared with the agents) find what the
+    scheduler imports, TensorFlow included. None where the user said otherwise: a task
+    interpreter (``python=``, ``TFCOORD_TASK_PYTHON``) or an image (``image=``,
+    ``DOCKER_IMAGE``) named, which bring their own packages, or ``PYTHONPATH`` in the tasks'
+    ``env`` (tfmesos2 would drop it; an explicit choice wins here).
+    """
+    if python or environ.get(PYTHON_ENV) or image or environ.get("DOCKER_IMAGE") or "PYTHONPATH" in tasks_env:
+        return None
+    return os.pathsep.join(p for p in sys.path if p)
+
+
 def _config(
     environ: Mapping[str, str],
     *,
     master: str | None,
+    image: str | None,
     verify_ssl: bool | None,
     ca_file: str | None,
     python: str | None,
@@ -387,6 +409,11 @@ def _config(
     }
     task_env = dict(env or {})
     archive_auth = {k: task_env[k] for k in (ARCHIVE_USER_ENV, ARCHIVE_PASSWORD_ENV) if task_env.get(k)}
+    # The tasks' environment: the argument, else TFCOORD_MESOS_ENV; then tfmesos2's PYTHONPATH.
+    tasks_env = dict(env) if env is not None else dict(parse_env(environ.get(ENV_ENV, "")))
+    python_path = scheduler_python_path(environ, tasks_env, image=image, python=python)
+    if python_path is not None:
+        env = {**tasks_env, "PYTHONPATH": python_path}
     return MesosConfig.from_env(
         {**defaults, **environ, **archive_auth},
         master=master or (None if environ.get("MESOS_MASTER") else TFMESOS2_MASTER),
@@ -458,6 +485,7 @@ def cluster(
     config = _config(
         os.environ,
         master=master,
+        image=image,
         verify_ssl=verify_ssl,
         ca_file=ca_file,
         python=python,
