@@ -57,6 +57,7 @@ from tfcoord.client import (
     auth,
     connfile,
     make_roles,
+    runrecords,
     tls,
 )
 from tfcoord.client.client import DEFAULT_RECONNECT_DEADLINE_S
@@ -719,6 +720,15 @@ def _fmt_time(t: float | None) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     if args.follow and args.job is None:
         raise UsageError("--follow follows one job: give its id, tfcoord status JOB --follow")
+    record = _ended_run(args)
+    if record is not None:
+        st = JobStatus.decode(record.status)
+        if args.json:
+            print(json.dumps(dict(st.wire), indent=2, sort_keys=True))
+        else:
+            _print_status(st)
+        _say_ended(record, st)
+        return 0
     cfg = _admin_config(args)
     with _connect(cfg, args, role="admin", follow=args.follow) as c:
         if args.job is None:
@@ -863,12 +873,78 @@ def _node_executor(st: JobStatus, node: str) -> int:
     return slots.index((role, int(index)))
 
 
+def _ended_run(args: argparse.Namespace) -> runrecords.RunRecord | None:
+    """The run record of ``args.job`` when no address was given and the embedded coordinator
+    that ran it ended with its driver (see :mod:`tfcoord.client.runrecords`); else None."""
+    if args.address or os.environ.get(ADDRESS_ENV) or not getattr(args, "job", None):
+        return None
+    try:
+        record = runrecords.read(connfile.runtime_dir(os.environ), args.job)
+    except runrecords.RunRecordError as e:
+        raise UsageError(str(e)) from None
+    return None if record is None or record.driver_alive else record
+
+
+def _say_ended(record: runrecords.RunRecord, st: JobStatus) -> None:
+    """Where an ended run's answer came from, on stderr (stdout stays the job's)."""
+    ended = "" if st.terminal else f"; the driver ended while the job was {st.state}, so it never finished"
+    print(
+        f"tfcoord: the driver of job {record.job} (pid {record.pid}) has ended: this is its run record, "
+        f"written {_fmt_time(record.written_at)} ({record.path}){ended}",
+        file=sys.stderr,
+    )
+
+
+def _print_log_line(
+    args: argparse.Namespace, names: dict[int, str], t: float, e: int, stream: str, text: str
+) -> None:
+    if args.json:
+        print(json.dumps({"time": t, "node": names.get(e, str(e)), "stream": stream, "text": text}))
+    else:
+        # Nodes escape their lines, and the coordinator refuses C0 controls in them;
+        # escaped here all the same (C1 too: \x9b is a CSI), so no line can forge
+        # another or drive the terminal, whoever sent it. Tabs are the program's own.
+        where, shown = printable(str(names.get(e, e))), printable(text, keep="\t")
+        print(f"{where} {'!' if stream == 'stderr' else '|'} {shown}")
+
+
+def _print_dropped(
+    args: argparse.Namespace, got: dict[str, Any], names: dict[int, str], warned: set[int]
+) -> None:
+    for n in got["nodes"]:
+        if n["dropped"] and n["executor_id"] not in warned:
+            warned.add(n["executor_id"])
+            line = f"[{n['dropped']} earlier lines of {names[n['executor_id']]} dropped: the coordinator keeps the last ones]"
+            print(
+                json.dumps({"node": names[n["executor_id"]], "marker": line})
+                if args.json
+                else printable(line)
+            )
+
+
+def _logs_of_ended_run(args: argparse.Namespace, record: runrecords.RunRecord) -> int:
+    """``tfcoord logs JOB`` of a run whose driver ended: the newest lines its record kept."""
+    st = JobStatus.decode(record.status)
+    eid = _node_executor(st, args.node) if args.node else -1
+    got = record.logs
+    names = {int(n["executor_id"]): f"{n['role']}:{n['index']}" for n in got["nodes"]}
+    _print_dropped(args, {"nodes": [n for n in got["nodes"] if eid in (-1, n["executor_id"])]}, names, set())
+    for _, t, e, stream, text in got["lines"]:
+        if eid in (-1, e):
+            _print_log_line(args, names, t, e, stream, text)
+    _say_ended(record, st)
+    return 0
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
+    record = _ended_run(args)
+    if record is not None:
+        return _logs_of_ended_run(args, record)
     cfg = _admin_config(args)
     with _connect(cfg, args, role="admin", follow=args.follow) as c:
         st = c.status(args.job)
         eid = _node_executor(st, args.node) if args.node else -1
-        since, warned = 0, set()
+        since, warned = 0, set[int]()
         # A coordinator keeps no output across a restart and numbers what comes after from 0
         # again: once the connection was re-established, the lines are asked for from the
         # start, and those already printed (numbered below the old ``since`` and no newer than
@@ -883,29 +959,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
                     seen, since = (max(since, seen[0] if seen else 0), last_t), 0
                     continue
             names = {n["executor_id"]: f"{n['role']}:{n['index']}" for n in got["nodes"]}
-            for n in got["nodes"]:
-                if n["dropped"] and n["executor_id"] not in warned:
-                    warned.add(n["executor_id"])
-                    line = f"[{n['dropped']} earlier lines of {names[n['executor_id']]} dropped: the coordinator keeps the last ones]"
-                    print(
-                        json.dumps({"node": names[n["executor_id"]], "marker": line})
-                        if args.json
-                        else printable(line)
-                    )
+            _print_dropped(args, got, names, warned)
             for seq, t, e, stream, text in got["lines"]:
                 if seen is not None and seq < seen[0] and t <= seen[1]:
                     continue  # printed before the connection was lost
                 last_t = max(last_t, t)
-                if args.json:
-                    print(
-                        json.dumps({"time": t, "node": names.get(e, str(e)), "stream": stream, "text": text})
-                    )
-                else:
-                    # Nodes escape their lines, and the coordinator refuses C0 controls in them;
-                    # escaped here all the same (C1 too: \x9b is a CSI), so no line can forge
-                    # another or drive the terminal, whoever sent it. Tabs are the program's own.
-                    where, shown = printable(str(names.get(e, e))), printable(text, keep="\t")
-                    print(f"{where} {'!' if stream == 'stderr' else '|'} {shown}")
+                _print_log_line(args, names, t, e, stream, text)
             sys.stdout.flush()
             more = got["next"] > since and len(got["lines"]) >= MAX_LOGS_REPLY
             since = got["next"]
@@ -1075,8 +1134,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         cfg = _client_config(args)
         link = CoordinatorLink(cfg.address, cfg.secret, cfg.ssl_context)
     else:
+        # The connection file and run records: tfcoord status/logs/stop from another shell, and
+        # status/logs after this driver has ended.
         link = CoordinatorLink.start_embedded(
-            quiet=True, plaintext=args.plaintext
+            quiet=True, plaintext=args.plaintext, connection_dir=connfile.runtime_dir(os.environ)
         )  # which warns for plaintext
     node_env = None
     with link, contextlib.ExitStack() as cleanup:

@@ -321,7 +321,8 @@ def test_stop_finds_an_embedded_coordinator_of_this_user_without_flags(tmp_path)
             assert "stop_streaming.py" in d.status(second)["stop_reason"]
     finally:
         coord.stop()
-    assert list(run.iterdir()) == []  # removed when the coordinator stopped
+    assert list(run.glob("coordinator-*.json")) == []  # removed when the coordinator stopped
+    assert len(list((run / "runs").glob("*.json"))) == 2  # the jobs' run records stay
     gone = subprocess.run([*TFCOORD, "stop", "job-x"], capture_output=True, text=True, timeout=60, env=env)
     assert gone.returncode == 2 and "no coordinator address" in gone.stderr and str(run) in gone.stderr
     assert "Traceback" not in gone.stderr

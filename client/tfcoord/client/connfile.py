@@ -93,7 +93,7 @@ def runtime_dir(env: Mapping[str, str]) -> Path:
     return Path(tempfile.gettempdir()) / f"tfcoord-{os.getuid()}"
 
 
-def _check_dir(path: Path) -> None:
+def check_dir(path: Path) -> None:
     """Refuse a directory that is not ours alone: a link, another owner, or group/other access."""
     try:
         st = path.lstat()
@@ -115,16 +115,16 @@ def _check_dir(path: Path) -> None:
         )
 
 
-def _ensure_dir(path: Path) -> None:
+def ensure_dir(path: Path) -> None:
     try:
-        _check_dir(path)
+        check_dir(path)
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             path.mkdir(mode=0o700)
         except FileExistsError:  # another process made it meanwhile: check what it is
             pass
-        _check_dir(path)
+        check_dir(path)
 
 
 def write(directory: Path, conn: Connection) -> Path:
@@ -133,7 +133,7 @@ def write(directory: Path, conn: Connection) -> Path:
     Raises:
         ConnectionFileError: the directory is not this user's alone, or cannot be written.
     """
-    _ensure_dir(directory)
+    ensure_dir(directory)
     path = directory / f"{PREFIX}{conn.port}.json"
     tmp = directory / f".{PREFIX}{conn.port}.{os.getpid()}.tmp"
     try:
@@ -156,7 +156,7 @@ def remove(path: Path, pid: int | None = None) -> None:
             path.unlink()
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -173,7 +173,7 @@ def find(directory: Path) -> Iterator[Connection]:
         ConnectionFileError: the directory exists but is not this user's alone.
     """
     try:
-        _check_dir(directory)
+        check_dir(directory)
     except FileNotFoundError:
         return
     found = []
@@ -185,7 +185,7 @@ def find(directory: Path) -> Iterator[Connection]:
             conn = Connection.from_json(path.read_text(), path)
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if not _alive(conn.pid):
+        if not alive(conn.pid):
             remove(path, conn.pid)
             continue
         found.append(conn)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tfcoord.client import auth, connfile, tls
 
+from .recorder import RunRecorder
 from .server import (
     DEFAULT_MAX_HTTP_CONNECTIONS,
     DEFAULT_MAX_UNAUTHENTICATED,
@@ -86,7 +87,8 @@ class EmbeddedCoordinator:
         connection_dir: write a connection file there once serving (this user's alone,
             see :mod:`tfcoord.client.connfile`), removed on stop, so ``tfcoord stop`` in
             another shell finds this coordinator; a directory that is not safe is logged
-            and skipped.
+            and skipped. Each job's run record is kept there too, written as the job goes
+            (:mod:`.recorder`), so ``tfcoord status``/``logs`` show it after the driver ends.
         options: further :class:`ServerConfig` fields (limits, TLS). ``max_connections``
             and ``max_unauthenticated`` are checked against RLIMIT_NOFILE (see
             :func:`_descriptor_budget`); without them, they are derived from it.
@@ -112,6 +114,7 @@ class EmbeddedCoordinator:
         self._connection_dir = connection_dir
         #: The connection file written for this coordinator, while it serves.
         self.connection_file: Path | None = None
+        self._recorder: RunRecorder | None = None
         #: With the default ephemeral TLS, the PEM of the coordinator's own CA: what its clients
         #: pin (:meth:`client_context`, ``TlsFiles(ca_pem=...)``).
         self.ca_pem: str | None = None
@@ -209,6 +212,7 @@ class EmbeddedCoordinator:
         started.result(timeout=START_TIMEOUT_S + self.config.start_budget_s)
         if self._connection_dir is not None:
             self._write_connection_file(self._connection_dir)
+            self._recorder = RunRecorder(self._connection_dir, self.call, lambda: self.server.state).start()
         return self
 
     def _write_connection_file(self, directory: Path) -> None:
@@ -285,6 +289,9 @@ class EmbeddedCoordinator:
 
     def stop(self) -> None:
         """Close the service (its one shutdown order) and end the loop's thread."""
+        if self._recorder is not None:
+            self._recorder.stop()  # the jobs' last state, while the loop still runs
+            self._recorder = None
         if self.connection_file is not None:
             connfile.remove(self.connection_file, os.getpid())
             self.connection_file = None
