@@ -160,3 +160,33 @@ def test_a_runtime_directory_or_record_others_may_write_is_refused(tmp_path):
     out = _cli(env, "logs", "job-x")
     (line,) = out.stderr.strip().splitlines()
     assert out.returncode == 2 and "open to other users (mode 755)" in line
+
+
+KILLED = (
+    "import json, os, signal\n"
+    "for i in range(30):\n"
+    "    print(f'loading shard {i}', flush=True)\n"
+    "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
+    "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    "print('done', flush=True)\n"
+)
+
+
+def test_a_killed_nodes_last_lines_are_in_its_failure(tmp_path):
+    env = _env(tmp_path / "run")
+    out = subprocess.run(
+        [*TFCOORD, "submit", "--engine", "local", "--workers", "2", "--", sys.executable, "-c", KILLED],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=env,
+    )
+    assert out.returncode == 1, out.stderr
+    # the driver's error: the signal, then the node's last 20 lines (10 to 29), not earlier ones
+    assert "its last 20 lines of output:\nloading shard 10\n" in out.stderr, out.stderr
+    assert "loading shard 29" in out.stderr and "loading shard 9\n" not in out.stderr
+    status = _cli(env, "status", _job_of(out.stderr), "--json")
+    (killed,) = [n for n in json.loads(status.stdout)["nodes"] if n["state"] == "FAILED"]
+    assert killed["error"].endswith(
+        "its last 20 lines of output:\n" + "\n".join(f"loading shard {i}" for i in range(10, 30))
+    )

@@ -26,6 +26,9 @@ log = logging.getLogger("tfcoord.node")
 MAX_QUEUED = 10_000
 #: A line longer than this (in bytes, before decoding) is cut; the rest is dropped.
 MAX_READ_LINE = 64 * 1024
+#: The last lines kept for the node's failure: a work killed by a signal left no traceback,
+#: and its last output is what says where it was (each line at most ``MAX_LOG_LINE``).
+TAIL_LINES = 20
 
 Send = Callable[[str, Sequence[str], int], None]
 
@@ -48,6 +51,7 @@ class OutputLog:
         self._send = send
         self._interval_s = interval_s
         self._queue: deque[tuple[str, str]] = deque()
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._dropped = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -101,7 +105,9 @@ class OutputLog:
     def _take(self, name: str, lines: list[bytes]) -> None:
         with self._lock:
             for raw in lines:
-                self._queue.append((name, escape(raw)))
+                text = escape(raw)
+                self._queue.append((name, text))
+                self._tail.append(text)
             over = len(self._queue) - MAX_QUEUED
             for _ in range(max(0, over)):
                 self._queue.popleft()
@@ -137,6 +143,11 @@ class OutputLog:
                         self._dropped += len(lines) + dropped
             if ended:
                 return
+
+    def tail(self) -> list[str]:
+        """The last :data:`TAIL_LINES` lines of both streams, oldest first (complete after :meth:`close`)."""
+        with self._lock:
+            return list(self._tail)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """After the work ended: what it wrote is sent before this returns.

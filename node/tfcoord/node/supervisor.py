@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfcoord.client import NodeClient, RequestRejected, TfcoordError
+from tfcoord.client import messages as m
 from tfcoord.client.client import DEFAULT_REQUEST_TIMEOUT_S, ClusterInfo
 from tfcoord.client.vocab import NodeState
 
@@ -480,8 +481,17 @@ class NodeSupervisor:
             return self._report(client, STOPPED, info)
         if ended.error:
             code = ended.exit_code if ended.exit_code > 0 else 1
+            error = ended.error
+            tail = output.tail()
+            if ended.exit_code < 0 and tail:  # killed: no traceback, its last output says where it was
+                error = f"{error}\nits last {len(tail)} lines of output:\n" + "\n".join(tail)
             return self._report(
-                client, FAILED, info, error=ended.error, exit_code=code, child_code=ended.exit_code
+                client,
+                FAILED,
+                info,
+                error=error[-m.MAX_ERROR_LEN :],
+                exit_code=code,
+                child_code=ended.exit_code,
             )
         outcome = self._report(client, SUCCEEDED, info, meta=ended.meta)
         # A ps or evaluator that returned, or a node whose work still serves (a terminated feed
