@@ -467,3 +467,12 @@ def tfos_infer_then_terminate(args: Any, ctx: Any) -> None:
             if len(answered) >= args.limit:
                 tf_feed.terminate()
     _record(args, ctx, consumed=len(answered), records=answered)
+
+
+def hold_slot(host: str, port: int) -> None:
+    """A Spark task that keeps its slot while the test holds the connection it opens to
+    ``host:port`` (its accept says the task runs; closing it lets the task end)."""
+    with socket.create_connection((host, port), timeout=30) as conn:
+        conn.settimeout(120)
+        while conn.recv(1):
+            pass

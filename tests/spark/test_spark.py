@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -198,15 +199,47 @@ def test_raising_map_fun_fails_the_job_fast_with_its_traceback(sc, tmp_path):
 
 
 def test_reservation_timeout_names_missing_executors(sc, tmp_path):
-    # three nodes on two executor slots: executor 2 can never start
-    with pytest.raises(JobFailed) as e:
-        tfs.run(
-            sc, mapfuns.report_context, args_for(tmp_path), num_executors=3, num_ps=0, reservation_timeout=8
+    # Another Spark job holds one of the two task slots: the second node can never start.
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        srv.settimeout(60)
+        port = srv.getsockname()[1]
+        blocker = threading.Thread(
+            target=lambda: sc.parallelize([0], 1).foreach(lambda _: mapfuns.hold_slot("127.0.0.1", port))
         )
+        blocker.start()
+        conn, _ = srv.accept()  # the slot-holding task runs
+        try:
+            with pytest.raises(JobFailed) as e:
+                tfs.run(
+                    sc,
+                    mapfuns.report_context,
+                    args_for(tmp_path),
+                    num_executors=2,
+                    num_ps=0,
+                    reservation_timeout=8,
+                )
+        finally:
+            conn.close()
+            blocker.join(60)
     msg = str(e.value)
-    assert "reservation timed out after 8 s: 1 of 3 slots not filled" in msg
-    assert "worker:2 (executor 2): never registered" in msg
+    assert "reservation timed out after 8 s: 1 of 2 slots not filled" in msg
+    assert re.search(r"worker:\d \(executor \d\): never registered", msg), msg
     assert "dynamic allocation" in msg  # the usual causes are suggested
+
+
+def test_a_cluster_the_application_cannot_hold_is_refused_at_once(sc, tmp_path):
+    # 2 executors x 1 core, 3 nodes: refused before anything starts, with the numbers, instead
+    # of waiting out the 600 s reservation timeout.
+    t0 = time.monotonic()
+    with pytest.raises(ValueError) as e:
+        tfs.run(sc, mapfuns.report_context, args_for(tmp_path), num_executors=3, num_ps=1)
+    took = time.monotonic() - t0
+    msg = str(e.value)
+    assert "the application has 2 Spark task slot(s), 2 executors x 1 core (spark.cores.max=2" in msg
+    assert "needs 3 nodes running at once" in msg and "spark.cores.max=3" in msg
+    assert took < 5, f"refused after {took:.1f} s"
+    assert sc.statusTracker().getActiveJobsIds() == []  # no node was started
+    assert not list(tmp_path.glob("*.json"))
 
 
 def test_argument_checks_say_what_to_change(sc, tmp_path):

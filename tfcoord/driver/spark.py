@@ -42,7 +42,7 @@ from tfcoord.node.feeder import FeedPlan, FeedTarget, control, inference_partiti
 from tfcoord.node.parallel import ParallelTask, ParallelTaskFailed
 from tfcoord.node.tlsfiles import TlsFiles
 
-from . import console, resources
+from . import capacity, console, resources
 from .session import CoordinatorLink
 
 log = logging.getLogger("tfcoord.spark")
@@ -308,6 +308,11 @@ def run(
         raise ValueError(f"queues must be a list of queue names, not {queues!r}")
     roles = make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
     given, profiles = _role_profiles(sc, role_resources, roles, driver_ps_nodes)
+    if not given:  # roles with resources of their own are checked against their profiles
+        # Every node on an executor is a Spark task and all must run at once: refused now,
+        # with the numbers, rather than after the reservation timeout.
+        nodes = num_executors - (num_ps if driver_ps_nodes else 0)
+        capacity.check_application(capacity.configured_slots(sc.getConf().get, sc.master or ""), nodes)
     console.show_progress(
         quiet
         if quiet is not None
@@ -988,7 +993,6 @@ EXECUTOR_WAIT_S = 30.0
 #: How often the slot count is read again meanwhile: Spark tells Python of no executor
 #: registration (a SparkListener would need Py4J's callback server), so this polls.
 EXECUTOR_POLL_S = 0.5
-_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,")
 
 
 def _task_slots(sc: Any) -> int:
@@ -999,16 +1003,8 @@ def _task_slots(sc: Any) -> int:
 def _expected_slots(sc: Any) -> int | None:
     """The task slots the configuration asks for, once every executor has registered;
     None when it does not say (then only the deadline ends the wait)."""
-    conf = sc.getConf()
-    task_cpus = int(conf.get("spark.task.cpus", "1") or 1)
-    if m := _LOCAL_CLUSTER.match(sc.master or ""):
-        return int(m.group(1)) * int(m.group(2)) // task_cpus
-    cores = conf.get("spark.executor.cores", None)
-    if conf.get("spark.executor.instances", None) and cores:  # YARN, Kubernetes
-        return int(conf.get("spark.executor.instances")) * int(cores) // task_cpus
-    if conf.get("spark.cores.max", None):  # standalone
-        return int(conf.get("spark.cores.max")) // task_cpus
-    return None
+    slots = capacity.configured_slots(sc.getConf().get, sc.master or "")
+    return slots.count if slots is not None else None
 
 
 def await_task_slots(sc: Any, needed: int, wait_s: float = EXECUTOR_WAIT_S) -> int:
@@ -1138,7 +1134,7 @@ def submit_script(
     from pathlib import Path
 
     from .script import compile_script, run_as_main
-    from .standalone import LocalSparkCluster
+    from .standalone import LocalSparkCluster, machine_cores, machine_mib
 
     file, code = compile_script(script)  # a syntax error, before Spark takes seconds to start
     settings = {
@@ -1164,8 +1160,14 @@ def submit_script(
         resources.check_spark(role_resources, where, pyspark.__version__, settings)
     local = None
     if master == "local-standalone":
-        emit(f"starting a local Spark standalone cluster ({num_executors} executors)")
-        local = LocalSparkCluster(cores=num_executors * executor_cores).start()
+        cores, mib = capacity.local_standalone_size(
+            num_executors, executor_cores, executor_memory, machine_cores(), machine_mib()
+        )
+        emit(
+            f"starting a local Spark standalone cluster ({num_executors} executors x {executor_cores} "
+            f"core(s), {executor_memory} each)"
+        )
+        local = LocalSparkCluster(cores=cores, memory_mb=mib).start()
         os.environ.update(LocalSparkCluster.env())
         master = local.master_url
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

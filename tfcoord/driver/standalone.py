@@ -33,6 +33,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def machine_cores() -> int:
+    """The cores this process may run on (a container's or taskset's share, not the host's)."""
+    return len(os.sched_getaffinity(0))
+
+
+def machine_mib() -> int:
+    """This machine's physical memory in MiB."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+
+
 def spark_home() -> Path:
     import pyspark
 
