@@ -21,10 +21,21 @@ READ_TIMEOUT_S = 10.0
 class Raw:
     """One hand-driven connection: the challenge is read on construction."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1", source: str | None = None) -> None:
-        self.sock = socket.create_connection(
-            (host, port), timeout=READ_TIMEOUT_S, source_address=(source, 0) if source else None
-        )
+    def __init__(
+        self, port: int, host: str = "127.0.0.1", source: str | None = None, recv_buffer: int | None = None
+    ) -> None:
+        if recv_buffer is None:
+            self.sock = socket.create_connection(
+                (host, port), timeout=READ_TIMEOUT_S, source_address=(source, 0) if source else None
+            )
+        else:
+            # Before connecting: the window the peer may fill is agreed in the handshake.
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer)
+            self.sock.settimeout(READ_TIMEOUT_S)
+            if source:
+                self.sock.bind((source, 0))
+            self.sock.connect((host, port))
         self.conn = Connection()
         challenge = self.next()
         assert isinstance(challenge, m.Challenge), challenge

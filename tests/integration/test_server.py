@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import random
 import select
 import socket
+import string
 import struct
 import subprocess
 import sys
@@ -25,7 +27,7 @@ from tfcoord.client import (
     make_roles,
 )
 from tfcoord.client import messages as m
-from tfcoord.client.protocol import Connection
+from tfcoord.client.protocol import Connection, decode_spec
 from tfcoord.client.vocab import WaitKind
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 
@@ -92,6 +94,48 @@ def test_a_cluster_completion_in_chunks_reaches_every_node(coordinator, backgrou
     expected = {"worker": [f"127.0.0.1:{6100 + i}" for i in range(5)]}
     assert [i.cluster for i in infos] == [expected] * 5
     assert [(i.role, i.index) for i in infos] == [("worker", i) for i in range(5)]
+
+
+def test_a_cluster_reply_larger_than_the_sockets_take_at_once_arrives_whole(coordinator):
+    # The spec names hosts of random letters (zlib cannot shrink it to fit) and one node's
+    # socket buffers, on both sides, are made as small as the kernel allows: the reply's one
+    # vectored write sends a part, the transport keeps the rest until the node reads.
+    rng = random.Random(28)
+    hosts = ["".join(rng.choices(string.ascii_lowercase, k=250)) for _ in range(64)]
+    with _driver(coordinator) as d:
+        job = d.submit(JobSpec(roles=make_roles(len(hosts)), reservation_timeout_s=30))
+        token = d.job_token(job)
+    slow = Raw(coordinator.port, recv_buffer=2048).login(token, "node", job)
+
+    def its_socket() -> socket.socket:
+        (peer,) = [p for p in coordinator.server.peers.values() if p.role == "node"]
+        return peer.transport.get_extra_info("socket")
+
+    coordinator.call(lambda: its_socket().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2048))
+    ids = {"job": job, "attempt": 0}
+    others = []
+    try:
+        slow.send(m.Register(id=1, executor_id=0, host=hosts[0], port=20000, **ids))
+        assert isinstance(slow.next(), m.Reply)
+        slow.send(m.AwaitCluster(id=2, executor_id=0, timeout_s=30.0, **ids))
+        for i, host in enumerate(hosts[1:], 1):
+            other = Raw(coordinator.port).login(token, "node", job)
+            others.append(other)
+            other.send(m.Register(id=1, executor_id=i, host=host, port=20000 + i, **ids))
+            other.send(m.AwaitCluster(id=2, executor_id=i, timeout_s=30.0, **ids))
+
+        def held_back() -> bool:
+            peer = next(p for p in coordinator.server.peers.values() if p.role == "node")
+            return peer.transport.get_write_buffer_size() > 0
+
+        wait_until(lambda: coordinator.call(held_back), what="part of the reply waiting in the transport")
+        reply = slow.next()
+        assert isinstance(reply, m.ClusterReply) and (reply.id, reply.role, reply.index) == (2, "worker", 0)
+        assert len(reply.spec) > 8192
+        assert decode_spec(reply.spec) == {"worker": [f"{h}:{20000 + i}" for i, h in enumerate(hosts)]}
+    finally:
+        for raw in [slow, *others]:
+            raw.close()
 
 
 def test_a_restart_goes_through_a_journaled_completion_and_finishes_a_cut_one(tmp_path):

@@ -297,6 +297,12 @@ class Connection:
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self.budget = budget
+        # Every map or list takes at least a byte of the frame, every entry too: a frame
+        # shorter than each of the budget's figures cannot exceed it, and is decoded without
+        # counting (the hooks cost as much again as decoding a node's request).
+        self._budget_bytes = (
+            min(budget.max_containers, budget.max_entries, budget.max_length) if budget is not None else 0
+        )
         self._decode = decode
         self._default = default
         self._ext_hook = ext_hook
@@ -358,7 +364,7 @@ class Connection:
                 )
             return NEED_DATA
         try:
-            if self.budget is not None and self._ext_hook is None:
+            if self.budget is not None and self._ext_hook is None and size >= self._budget_bytes:
                 with memoryview(buf) as whole, whole[4 : 4 + size] as body:
                     obj = _budgeted(body, self.max_frame_bytes, self.budget)
             elif size < _COPY_BELOW:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import ssl
 import time
@@ -269,6 +270,7 @@ class _Peer(asyncio.Protocol):
 
     __slots__ = (
         "_connected_at",
+        "_fd",
         "_frame_started",
         "_loop",
         "_stalled",
@@ -329,6 +331,9 @@ class _Peer(asyncio.Protocol):
         #: Accepted in plaintext and counted, its TLS handshake not yet done: nothing may be
         #: written to it (a plaintext frame would be garbage to a TLS peer).
         self._tls_pending = False
+        #: The plaintext socket's descriptor, for a cluster reply's one vectored write (see
+        #: ``write``); -1 under TLS, whose transport encrypts what it is given.
+        self._fd = -1
 
     # asyncio callbacks
 
@@ -370,6 +375,9 @@ class _Peer(asyncio.Protocol):
             srv.tls_upgrades.add(upgrade)  # held: the loop keeps only weak references to tasks
             upgrade.add_done_callback(srv.tls_upgrades.discard)
             return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._fd = sock.fileno()
         self._greet()
 
     async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
@@ -595,11 +603,7 @@ class _Peer(asyncio.Protocol):
             except LocalProtocolError as e:
                 data = self._too_large(msg, e)
             else:
-                # Two writes, no join: the spec's bytes are shared by every node of the job
-                # and go from that one object to the socket (asyncio copies only what the
-                # socket does not take at once).
-                self.transport.write(head)
-                self.transport.write(tail)
+                self._write_parts(head, tail)
                 return
         try:
             data = self.proto.send(msg)
@@ -607,6 +611,31 @@ class _Peer(asyncio.Protocol):
             data = self._too_large(msg, e)
         if data:
             self.transport.write(data)
+
+    def _write_parts(self, head: bytes, tail: bytes) -> None:
+        """Write ``head + tail`` without joining them: the tail (a job's spec) is shared by
+        every node of the job and goes from that one object to the socket.
+
+        On a plaintext socket with nothing queued, one ``writev`` sends both: a send per
+        part was a fifth more system calls in a 10,000-node rendezvous, and the node's
+        side woke twice. What the socket does not take, and every other case (TLS, a
+        queue behind a slow reader, a closing transport), goes through the transport,
+        which copies only what it must keep and handles a failed socket as for any write.
+        """
+        transport = self.transport
+        assert transport is not None
+        if self._fd >= 0 and not transport.is_closing() and not transport.get_write_buffer_size():
+            try:
+                sent = os.writev(self._fd, (head, tail))
+            except OSError:
+                sent = 0  # full (EAGAIN) or failed: the transport's own write sees the same
+            if sent >= len(head):
+                if sent < len(head) + len(tail):
+                    transport.write(memoryview(tail)[sent - len(head) :])
+                return
+            head = head[sent:]
+        transport.write(head)
+        transport.write(tail)
 
     def _too_large(self, msg: m.Message, e: LocalProtocolError) -> bytes:
         """A reply too large for one frame (the status of a job of tens of thousands of
