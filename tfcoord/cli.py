@@ -36,6 +36,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import shlex
 import signal
 import socket
@@ -53,6 +54,7 @@ from tfcoord.client import (
     JobSpec,
     TfcoordError,
     TlsError,
+    Unreachable,
     __version__,
     auth,
     connfile,
@@ -82,7 +84,14 @@ from tfcoord.client.terminal import TRACEBACK, printable
 from tfcoord.client.vocab import JobState, RestartOn
 from tfcoord.client.watcher import FOREVER_S, watch_until
 from tfcoord.coordinator.state import KEEP_FINISHED_JOBS, KEEP_FINISHED_S
-from tfcoord.driver.session import CoordinatorLink, stop_and_wait
+from tfcoord.driver.session import (
+    INTERRUPT_REASON,
+    CoordinatorLink,
+    Interrupted,
+    stop_and_wait,
+    stop_interrupted,
+)
+from tfcoord.driver.sparksubmit import SubmitOptions
 from tfcoord.node import main as node_main
 
 log = logging.getLogger("tfcoord")
@@ -220,7 +229,10 @@ def _credential(p: Path, what: str, *, create: bool) -> bytes:
         )
     if not p.exists():
         if not create:
-            raise UsageError(f"{what} file {p} does not exist")
+            raise UsageError(
+                f"{what} file {p} does not exist: give the file the coordinator was started with "
+                "(tfcoord serve --secret-file wrote it, mode 600), copied here if it runs elsewhere"
+            )
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
             auth.write_secret(p)
@@ -334,7 +346,29 @@ def _admin_config(args: argparse.Namespace) -> ClientConfig:
             )
         path = secret_file + ADMIN_SUFFIX
     _check_address(address)
+    if not Path(path).exists() and not Path(path).is_symlink():
+        raise UsageError(_no_admin_secret(path, args))
     return ClientConfig(address, _credential(Path(path), "admin secret", create=False), _client_tls())
+
+
+def _no_admin_secret(path: str, args: argparse.Namespace) -> str:
+    """The one line for an admin secret file that is not there: what the credential is, where
+    ``tfcoord serve`` wrote it, and how a driver's user sees their own jobs without it."""
+    named = bool(args.admin_secret_file or os.environ.get(ADMIN_SECRET_FILE_ENV))
+    where = (
+        f"(from {'--admin-secret-file' if args.admin_secret_file else ADMIN_SECRET_FILE_ENV})"
+        if named
+        else f"(the default: the secret file's name + {ADMIN_SUFFIX})"
+    )
+    return (
+        f"no admin secret at {path} {where}: `tfcoord {args.cmd}` needs the coordinator's admin "
+        "secret, a credential apart from the coordinator secret that sees and stops every job; "
+        f"`tfcoord serve` wrote it beside its secret file, as SECRET_FILE{ADMIN_SUFFIX} on the "
+        "coordinator's machine (or at its --admin-secret-file): copy it here (mode 600) or pass "
+        "--admin-secret-file PATH; without it, your own job is followed by the `tfcoord submit` "
+        "that runs it (progress and outcome on stderr, --json for its final status), and with "
+        "no --address `tfcoord status` finds the embedded coordinators of your jobs on this machine"
+    )
 
 
 def _local_coordinator(args: argparse.Namespace) -> ClientConfig | None:
@@ -729,6 +763,15 @@ def cmd_status(args: argparse.Namespace) -> int:
             _print_status(st)
         _say_ended(record, st)
         return 0
+    try:
+        return _status(args)
+    except KeyboardInterrupt:
+        if not args.follow:
+            raise
+        return _stopped_following(args.job)
+
+
+def _status(args: argparse.Namespace) -> int:
     cfg = _admin_config(args)
     with _connect(cfg, args, role="admin", follow=args.follow) as c:
         if args.job is None:
@@ -936,10 +979,27 @@ def _logs_of_ended_run(args: argparse.Namespace, record: runrecords.RunRecord) -
     return 0
 
 
+def _stopped_following(job: str) -> int:
+    """Ctrl-C in ``status --follow`` or ``logs --follow``: only the watching ends."""
+    return fail(
+        EXIT_INTERRUPTED,
+        f"interrupted: stopped following job {job}, which goes on (tfcoord stop {job} ends it)",
+    )
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     record = _ended_run(args)
     if record is not None:
         return _logs_of_ended_run(args, record)
+    try:
+        return _logs(args)
+    except KeyboardInterrupt:
+        if not args.follow:
+            raise
+        return _stopped_following(args.job)
+
+
+def _logs(args: argparse.Namespace) -> int:
     cfg = _admin_config(args)
     with _connect(cfg, args, role="admin", follow=args.follow) as c:
         st = c.status(args.job)
@@ -1022,8 +1082,6 @@ def _emit(line: str) -> None:
 
 def _is_python(prog: str) -> bool:
     """``python``, ``python3``, ``python3.11`` or this interpreter, by path or by name."""
-    import re
-
     return prog == sys.executable or re.fullmatch(r"python(\d+(\.\d+)?)?", Path(prog).name) is not None
 
 
@@ -1112,6 +1170,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.engine == "spark":
         return _submit_spark(args, command)
     command = _local_command(command)
+    if args.workers < 0 or args.ps < 0 or (args.workers == 0 and not args.chief):
+        raise UsageError(
+            f"--workers {args.workers} --ps {args.ps}: a local job needs at least one worker "
+            "(or --chief) and no negative count; e.g. --workers 2"
+        )
     role_resources = _role_resources(args)
     try:
         roles = make_roles(
@@ -1157,23 +1220,28 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 driver, spec, command, emit=_emit, out=out, env=node_env, role_resources=role_resources
             )
     _print_final(args, status)
-    return 0 if status.state == JobState.SUCCEEDED else EXIT_FAILED
+    return _job_exit(status)
+
+
+def _job_exit(status: JobStatus) -> int:
+    """How a job's end reads to a shell: 0 SUCCEEDED, 4 STOPPED, 1 FAILED."""
+    if status.state == JobState.SUCCEEDED:
+        return ExitCode.OK
+    return ExitCode.STOPPED if status.state == JobState.STOPPED else ExitCode.FAILED
 
 
 def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
     """Run ``main_fun(argv, ctx)`` from a script on Spark executors, one node per executor."""
     script, argv = _spark_script(command)
-    if args.num_executors is None:
-        raise UsageError("--engine spark needs --num-executors N (the TensorFlow cluster's size)")
+    options = _spark_options(args)
     role_resources = _role_resources(args)
-    conf: dict[str, str] = {}
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--conf takes KEY=VALUE, not {item!r}")
-        conf[key] = value
+    if not Path(script).is_file():
+        raise UsageError(f"no script at {script}: give the path of your training script after --")
     if args.address or os.environ.get(ADDRESS_ENV):
         cfg = _client_config(args)
+        # Dialled now, before Spark takes seconds to start: a wrong address, port or secret
+        # is one line at once (it was reported only once Spark was up, after 30 s).
+        _connect(cfg, args).close()
         os.environ.setdefault(SECRET_FILE_ENV, args.secret_file or os.environ.get(SECRET_FILE_ENV, ""))
         coordinator, secret = cfg.address, cfg.secret
     else:
@@ -1202,7 +1270,8 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
             num_ps=args.ps,
             tensorboard=args.tensorboard,
             log_dir=args.log_dir,
-            conf=conf,
+            conf=dict(options.conf),
+            options=options,
             executor_cores=args.executor_cores,
             executor_memory=args.executor_memory,
             reservation_timeout=args.reservation_timeout,
@@ -1220,10 +1289,81 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
         raise UserScriptError(e.traceback_text, str(e)) from None
     except (FileNotFoundError, AttributeError) as e:
         raise UsageError(str(e)) from None
-    except ValueError as e:  # run()'s arguments: the cluster's shape
+    except ValueError as e:  # run()'s arguments, as the script gave them: the cluster's shape
         raise UsageError(str(e)) from None
     _print_final(args, status)
-    return 0 if status is None or status.state == JobState.SUCCEEDED else EXIT_FAILED
+    return 0 if status is None else _job_exit(status)
+
+
+#: Spark's memory sizes: a number and a unit (``512m``, ``4g``; a bare number is bytes).
+_SPARK_MEMORY = re.compile(r"\d+([kmgtp]b?|b)?", re.IGNORECASE)
+
+
+def _spark_options(args: argparse.Namespace) -> SubmitOptions:
+    """Every flag of ``submit --engine spark``, checked before Spark starts (a mistake is one
+    line in milliseconds, not a Java stack trace after seconds): the cluster's shape, the
+    restart policy, the master URL (and that a standalone master answers), the files to
+    ship, the memory sizes and ``--conf`` settings."""
+    from tfcoord.driver.spark import cluster_roles
+    from tfcoord.driver.sparksubmit import (
+        LOCAL_STANDALONE,
+        MasterUnreachable,
+        SubmitError,
+        check_files,
+        check_master,
+        check_master_reachable,
+    )
+
+    if args.num_executors is None:
+        raise UsageError("--engine spark needs --num-executors N (the TensorFlow cluster's size)")
+    if args.deploy_mode == "cluster":
+        raise UsageError(
+            "--deploy-mode cluster: tfcoord submit is the Spark driver itself (it follows the job "
+            "and prints its progress here), so it runs in client mode; to run the driver on the "
+            "cluster, use spark-submit --deploy-mode cluster with your script (tfcoord's run() works there)"
+        )
+    if args.executor_cores < 1:
+        raise UsageError(f"--executor-cores must be at least 1, not {args.executor_cores}")
+    for flag, size in (("--executor-memory", args.executor_memory), ("--driver-memory", args.driver_memory)):
+        if size is not None and not _SPARK_MEMORY.fullmatch(size):
+            raise UsageError(
+                f"{flag} {size!r} is not a memory size: give a number and a unit, e.g. 2g or 512m"
+            )
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--conf takes KEY=VALUE (e.g. --conf spark.task.maxFailures=1), not {item!r}")
+        conf[key.strip()] = value
+    try:
+        roles = cluster_roles(args.num_executors, args.ps, "chief" if args.chief else None, args.evaluator)
+        # The restart policy and timeouts as the job will carry them.
+        JobSpec(
+            roles=roles,
+            reservation_timeout_s=args.reservation_timeout,
+            engine="spark",
+            **_restart_policy(args),
+        )
+    except (ValueError, TfcoordError) as e:
+        raise UsageError(
+            str(e).replace("num_executors", "--num-executors").replace("num_ps", "--num-ps")
+        ) from None
+    try:
+        check_master(args.master)
+        options = SubmitOptions(
+            py_files=check_files("--py-files", args.py_files),
+            files=check_files("--files", args.files),
+            archives=check_files("--archives", args.archives),
+            driver_memory=args.driver_memory,
+            conf=conf,
+        )
+        if args.master != LOCAL_STANDALONE:
+            check_master_reachable(args.master)
+    except MasterUnreachable as e:
+        raise Unreachable(str(e)) from None
+    except SubmitError as e:
+        raise UsageError(str(e)) from None
+    return options
 
 
 def _submit_mesos(args: argparse.Namespace) -> int:
@@ -1304,15 +1444,17 @@ def _submit_mesos(args: argparse.Namespace) -> int:
                 )
             status = mesos.await_state(driver, job, timeout_s=FOREVER_S, emit=_emit)
         except KeyboardInterrupt:
-            _emit("interrupted: stopping the job")
-            status = stop_and_wait(driver, job, "tfcoord submit was interrupted", mesos.STOP_WAIT_S)
             if not mjob.server_mode:
-                return 130
+                raise stop_interrupted(driver, job) from None
+            # A serving cluster runs until Ctrl-C: that is its normal end.
+            _emit("interrupted: stopping the cluster")
+            status = stop_and_wait(driver, job, INTERRUPT_REASON, mesos.STOP_WAIT_S)
     if status.state == JobState.FAILED:
         _emit(f"job {job} failed: {status.error}")
     _print_final(args, status)
-    ok = status.state == JobState.SUCCEEDED or (mjob.server_mode and status.state == JobState.STOPPED)
-    return 0 if ok else EXIT_FAILED
+    if mjob.server_mode and status.state == JobState.STOPPED:
+        return ExitCode.OK
+    return _job_exit(status)
 
 
 def cmd_env_check(args: argparse.Namespace) -> int:
@@ -1539,8 +1681,32 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     spark.add_argument("--tensorboard", action="store_true", help="run TensorBoard beside the chief")
     spark.add_argument("--log-dir", help="TensorBoard log directory")
     spark.add_argument("--executor-cores", type=int, default=1)
-    spark.add_argument("--executor-memory", default="1g")
-    spark.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    spark.add_argument(
+        "--executor-memory", default="1g", help="each executor's memory, e.g. 4g (spark-submit's)"
+    )
+    spark.add_argument(
+        "--driver-memory", metavar="SIZE", help="this driver's memory, e.g. 2g (spark-submit's)"
+    )
+    spark.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting; repeat for more"
+    )
+    for flag, what in (
+        ("--py-files", "Python files (.py, .zip, .egg) for the executors, and this driver's sys.path"),
+        ("--files", "files placed in each executor's working directory (SparkFiles.get(NAME))"),
+        (
+            "--archives",
+            "archives unpacked in each executor's working directory (ARCHIVE#NAME names the directory)",
+        ),
+    ):
+        spark.add_argument(
+            flag, action="append", default=[], metavar="PATH[,PATH]", help=f"{what}; as spark-submit's"
+        )
+    spark.add_argument(
+        "--deploy-mode",
+        choices=("client", "cluster"),
+        default="client",
+        help="client (tfcoord submit is the driver); cluster is refused, with why",
+    )
     mesos = sp.add_argument_group("mesos engine")
     mesos.add_argument(
         "--job",
@@ -1744,5 +1910,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UserScriptError as e:
             sys.stderr.write(e.traceback_text)
             return fail(EXIT_FAILED, str(e))
+        except Interrupted as e:  # Ctrl-C while a job ran: it was stopped first
+            return fail(EXIT_INTERRUPTED, e.line())
+        except KeyboardInterrupt:
+            return fail(
+                EXIT_INTERRUPTED,
+                "interrupted before any job was submitted" if args.cmd == "submit" else "interrupted",
+            )
 
     return run_entry(go, debug="--debug" in argv)

@@ -13,6 +13,7 @@ import inspect
 import json
 import logging
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -24,8 +25,9 @@ from typing import Any
 
 import pytest
 
+from tests.integration.lines import Lines
 from tests.integration.pki import Authority
-from tests.integration.served import Served
+from tests.integration.served import TFCOORD, Served
 from tests.mesos.fake_master import AgentSpec, FakeMaster, ThreadedFakeMaster
 from tfcoord.cli import ADMIN_SUFFIX
 from tfcoord.client import DriverClient, JobFailed, auth
@@ -799,6 +801,45 @@ def test_submit_engine_mesos_exits_non_zero_naming_the_failed_task(master: Threa
     assert "failed: worker:1 (executor 1, host 127.0.0.1, task tfcoord." in out.stderr
     assert "ended with exit code 3" in out.stderr
     wait(master, lambda: all_ended(master))
+
+
+def test_ctrl_c_under_the_mesos_engine_stops_the_job_and_exits_130(master: ThreadedFakeMaster) -> None:
+    env = dict(os.environ, MESOS_MASTER=master.master.address, TFCOORD_TASK_PYTHON=sys.executable)
+    proc = subprocess.Popen(
+        [
+            *TFCOORD,
+            "submit",
+            "--engine",
+            "mesos",
+            "--advertise-host",
+            "127.0.0.1",
+            "--job",
+            "worker:2:cpus=0.5,mem=256",
+            "--",
+            *SLEEP,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    out, err = Lines(proc.stdout), Lines(proc.stderr)  # type: ignore[arg-type]
+    try:
+        job = err.wait_for(r"job \S+ submitted to Mesos").split("job ", 1)[1].split()[0]
+        err.wait_for(r"-> RUNNING")
+        proc.send_signal(signal.SIGINT)  # as Ctrl-C does
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 130, err.text()[-3000:]
+    assert err.text().strip().splitlines()[-1] == f"tfcoord: interrupted: job {job} STOPPED", err.text()[
+        -3000:
+    ]
+    assert "Traceback" not in err.text() and out.text() == ""
+    wait(master, lambda: all_ended(master))  # every task was killed
 
 
 @pytest.mark.parametrize(

@@ -250,3 +250,22 @@ def test_the_restart_policy_comes_from_spark_settings_when_run_leaves_it_unset(s
     assert tfs.restart_policy(conf, 1, None, None, None)["max_restarts"] == 1
     with pytest.raises(ValueError, match=r"spark.tfcoord.maxRestarts='three' is not valid: a whole number"):
         tfs.restart_policy(_Conf(**{tfs.MAX_RESTARTS_CONF: "three"}), None, None, None, None)
+
+
+def test_a_refused_coordinator_address_fails_run_at_once(sc, tmp_path):
+    """A driver given a coordinator that refuses (a wrong port) is told in well under 3 s
+    (it waited for the 30 s connect deadline), and nothing is left running."""
+    import socket
+
+    from tfcoord.client import Unreachable
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: refused
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        t0 = time.monotonic()
+        with pytest.raises(Unreachable, match=f"cannot reach the tfcoord coordinator at {address}"):
+            tfs.run(
+                sc, mapfuns.report_context, args_for(tmp_path), 2, 0, coordinator=address, secret=b"k" * 32
+            )
+        assert time.monotonic() - t0 < 3.0
+    assert not sc.statusTracker().getActiveJobsIds()  # no Spark job was launched

@@ -22,6 +22,7 @@ from typing import Any
 from tfcoord.client import DriverClient, TfcoordError, tls
 from tfcoord.client.errors import DeadlineExceeded
 from tfcoord.client.replies import JobStatus
+from tfcoord.client.vocab import JobState
 from tfcoord.client.watcher import ended, watch_until
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 
@@ -92,13 +93,52 @@ def stop_and_wait(driver: DriverClient, job: str, reason: str, timeout_s: float 
     return status
 
 
+#: Ctrl-C stops the job before the driver exits; a person is waiting, so the wait for the
+#: nodes to acknowledge is shorter than :data:`STOP_WAIT_S` (a second Ctrl-C cuts it short).
+INTERRUPT_STOP_WAIT_S = 15.0
+INTERRUPT_REASON = "the submitting command was interrupted (Ctrl-C)"
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C reached a driver while its job ran: the job was asked to stop, and ``state``
+    is the state it reached within :data:`INTERRUPT_STOP_WAIT_S` (None: the coordinator
+    could not be asked). A KeyboardInterrupt still, so whatever only knows Ctrl-C unwinds."""
+
+    def __init__(self, job: str, state: JobState | None) -> None:
+        super().__init__(job, state)
+        self.job = job
+        self.state = state
+
+    def line(self) -> str:
+        """The one line a command prints for it."""
+        if self.state is None:
+            return f"interrupted: could not reach the coordinator to stop job {self.job}"
+        if self.state.terminal:
+            return f"interrupted: job {self.job} {self.state}"
+        return f"interrupted: job {self.job} is {self.state}; its nodes were told to stop"
+
+
+def stop_interrupted(driver: DriverClient, job: str, reason: str = INTERRUPT_REASON) -> Interrupted:
+    """Stop ``job`` after Ctrl-C and wait (bounded) for it to end: the error to raise."""
+    try:
+        return Interrupted(job, stop_and_wait(driver, job, reason, INTERRUPT_STOP_WAIT_S).state)
+    except (TfcoordError, OSError):
+        return Interrupted(job, None)
+
+
 @contextmanager
 def stops_on_interrupt(driver: DriverClient, job: str, reason: str) -> Iterator[None]:
     """Within the block, an exception (Ctrl-C included) stops ``job`` before it propagates,
-    so an interrupted or failing driver never leaves nodes running. The stop is best effort:
-    a coordinator already gone ends the job by itself (an embedded one with the driver)."""
+    so an interrupted or failing driver never leaves nodes running. Ctrl-C waits (bounded)
+    for the job to end and becomes :class:`Interrupted`; for any other error the stop is
+    best effort: a coordinator already gone ends the job by itself (an embedded one with
+    the driver)."""
     try:
         yield
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise stop_interrupted(driver, job, reason) from None
     except BaseException:
         try:
             driver.stop(job, reason)

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -43,7 +44,8 @@ from tfcoord.node.parallel import ParallelTask, ParallelTaskFailed
 from tfcoord.node.tlsfiles import TlsFiles
 
 from . import capacity, console, resources
-from .session import CoordinatorLink
+from .session import INTERRUPT_REASON, CoordinatorLink, Interrupted, stop_interrupted
+from .sparksubmit import SubmitOptions, submit_args
 
 log = logging.getLogger("tfcoord.spark")
 
@@ -204,6 +206,35 @@ def _labels(sc: Any) -> dict[str, str]:
     return labels
 
 
+def cluster_roles(
+    num_executors: int, num_ps: int, master_node: str | None = None, eval_node: bool = False
+) -> tuple[tuple[str, int], ...]:
+    """The cluster's roles for ``num_executors`` nodes: ps, chief/master and evaluator as
+    asked, workers for the rest. Needs no Spark: ``tfcoord submit`` checks its flags with it
+    before Spark starts.
+
+    Raises:
+        ValueError: the numbers describe no cluster (the message says what to change).
+    """
+    if master_node not in (None, "chief", "master"):
+        raise ValueError(f"master_node must be None, 'chief' or 'master', not {master_node!r}")
+    if num_ps < 0 or num_executors < 1:
+        raise ValueError(f"num_executors must be >= 1 and num_ps >= 0 (got {num_executors}, {num_ps})")
+    num_workers = num_executors - num_ps - (1 if master_node else 0) - (1 if eval_node else 0)
+    if num_workers < 0:
+        raise ValueError(
+            f"num_executors={num_executors} leaves no room for {num_ps} ps"
+            + (f", a {master_node}" if master_node else "")
+            + (", an evaluator" if eval_node else "")
+            + "; raise num_executors"
+        )
+    if num_workers == 0 and not master_node:
+        raise ValueError(
+            "the cluster needs at least one worker or a chief/master: raise num_executors or lower num_ps"
+        )
+    return make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
+
+
 def run(
     sc: Any,
     map_fun: Any,
@@ -288,25 +319,9 @@ def run(
         raise ValueError(f"input_mode must be InputMode.TENSORFLOW or InputMode.SPARK, not {input_mode!r}")
     if driver_ps_nodes and input_mode != InputMode.TENSORFLOW:
         raise ValueError("driver_ps_nodes=True works only with InputMode.TENSORFLOW")
-    if master_node not in (None, "chief", "master"):
-        raise ValueError(f"master_node must be None, 'chief' or 'master', not {master_node!r}")
-    if num_ps < 0 or num_executors < 1:
-        raise ValueError(f"num_executors must be >= 1 and num_ps >= 0 (got {num_executors}, {num_ps})")
-    num_workers = num_executors - num_ps - (1 if master_node else 0) - (1 if eval_node else 0)
-    if num_workers < 0:
-        raise ValueError(
-            f"num_executors={num_executors} leaves no room for {num_ps} ps"
-            + (f", a {master_node}" if master_node else "")
-            + (", an evaluator" if eval_node else "")
-            + "; raise num_executors"
-        )
-    if num_workers == 0 and not master_node:
-        raise ValueError(
-            "the cluster needs at least one worker or a chief/master: raise num_executors or lower num_ps"
-        )
+    roles = cluster_roles(num_executors, num_ps, master_node, eval_node)
     if isinstance(queues, str) or not all(isinstance(q, str) and q for q in queues):
         raise ValueError(f"queues must be a list of queue names, not {queues!r}")
-    roles = make_roles(num_workers, num_ps, chief=master_node, evaluator=eval_node)
     given, profiles = _role_profiles(sc, role_resources, roles, driver_ps_nodes)
     if not given:  # roles with resources of their own are checked against their profiles
         # Every node on an executor is a Spark task and all must run at once: refused now,
@@ -335,7 +350,13 @@ def run(
     )
     link, tls = _coordinator(sc, coordinator, secret, tls, plaintext)
     address = link.address
-    driver = link.connect().connect()
+    # A coordinator that refuses the first connection is a wrong address, not one restarting:
+    # said at once (a refused address took the 30 s connect deadline), like the CLI's clients.
+    try:
+        driver = link.connect(fail_fast=True).connect()
+    except BaseException:
+        link.close()
+        raise
     try:
         job = driver.submit(spec)
         node = NodeSpec(
@@ -374,6 +395,10 @@ def run(
         cluster._await_ready()
         if node.background:
             cluster._await_launched()
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise cluster._interrupt() from None
     except BaseException:
         cluster._abort("the driver gave up waiting for the cluster")
         raise
@@ -450,6 +475,7 @@ class SparkCluster:
         self.status: JobStatus | None = None
         #: The driver's progress lines (reservation, readiness, node ends), logged once each.
         self._progress = ProgressLines(lambda line: log.info("%s", line), final=False)
+        self._aborted = False  # _abort ran: nodes stopped, coordinator closed
 
     @property
     def cluster_info(self) -> list[dict[str, Any]]:
@@ -580,9 +606,21 @@ class SparkCluster:
         The final state is not emitted: ``shutdown`` says how the job ended, with the why.
         Returns the last status seen.
         """
-        return watch_until(
-            self.driver, self.job, timeout_s=timeout_s, on_change=ProgressLines(emit, final=False)
-        )
+        try:
+            return watch_until(
+                self.driver, self.job, timeout_s=timeout_s, on_change=ProgressLines(emit, final=False)
+            )
+        except KeyboardInterrupt:
+            raise self._interrupt() from None
+
+    def _interrupt(self) -> Interrupted:
+        """Ctrl-C: stop the job, wait (bounded) for its end, leave nothing behind; the error
+        to raise, which says how the job ended."""
+        if self._aborted:
+            return Interrupted(self.job, self.status.state if self.status else None)
+        interrupted = stop_interrupted(self.driver, self.job)
+        self._abort(INTERRUPT_REASON)
+        return interrupted
 
     def _failure(self, st: JobStatus) -> JobFailed:
         msg = f"job {self.job} {st.state}: {st.why}"
@@ -697,6 +735,10 @@ class SparkCluster:
             if st.state == JobState.STOPPED and self.spark_error is not None:
                 raise self._failure(st)
             return st
+        except Interrupted:
+            raise
+        except KeyboardInterrupt:
+            raise self._interrupt() from None
         finally:
             self._abort("shutdown")
 
@@ -720,7 +762,11 @@ class SparkCluster:
         return st
 
     def _abort(self, reason: str) -> None:
-        """Leave nothing behind: stop the nodes, cancel the Spark tasks, close the coordinator."""
+        """Leave nothing behind: stop the nodes, cancel the Spark tasks, close the coordinator
+        (once: the later calls find nothing left)."""
+        if self._aborted:
+            return
+        self._aborted = True
         try:
             if not self.driver.status(self.job).terminal:
                 self.driver.stop(self.job, reason)
@@ -1076,17 +1122,6 @@ class _Started:
     last: SparkCluster | None = None
 
 
-def _submit_args(master: str, name: str, settings: dict[str, str]) -> str:
-    """``PYSPARK_SUBMIT_ARGS`` for what ``spark-submit --master M --conf K=V`` would set:
-    a SparkContext the script creates itself (``SparkContext(conf=SparkConf())``) gets it."""
-    import shlex
-
-    args = ["--master", master, "--name", name]
-    for key, value in settings.items():
-        args += ["--conf", f"{key}={value}"]
-    return " ".join(shlex.quote(a) for a in args) + " pyspark-shell"
-
-
 def submit_script(
     master: str,
     script: str,
@@ -1112,6 +1147,7 @@ def submit_script(
     secret: bytes | None = None,
     tls: TlsFiles | None = None,
     role_resources: Mapping[str, resources.Resources] | None = None,
+    options: SubmitOptions | None = None,
 ) -> JobStatus | None:
     """What ``tfcoord submit --engine spark`` does: a Spark application running ``script``.
 
@@ -1121,14 +1157,17 @@ def submit_script(
     ``master="local-standalone"`` starts a Spark standalone master and worker on this
     machine for the job's lifetime. ``role_resources`` reaches ``run`` -- the script's own
     ``TFCluster.run`` too -- as ``spark.tfcoord.resources.*`` settings, checked against the master
-    and settings before Spark starts. Returns the job's final status (None when the script
-    ended with ``sys.exit(0)`` before any job); emits progress lines.
+    and settings before Spark starts. ``options``: spark-submit's flags passed through
+    (``--py-files`` also go on this process's ``sys.path``, where spark-submit puts them for
+    the driver). Returns the job's final status (None when the script ended with
+    ``sys.exit(0)`` before any job); emits progress lines.
 
     Raises:
         FileNotFoundError: no such script.
         ScriptFailed: the script does not compile, or raised (its own traceback).
         AttributeError: it defines no ``main_fun`` and ran no job.
         ResourcesError: ``role_resources`` that this master and these settings cannot honour.
+        Interrupted: Ctrl-C while the job ran; the job was stopped first.
     """
     import sys
     from pathlib import Path
@@ -1174,7 +1213,12 @@ def submit_script(
     from pyspark import SparkConf, SparkContext
 
     app_name = name or f"tfcoord {Path(script).name}"
-    os.environ["PYSPARK_SUBMIT_ARGS"] = _submit_args(master, app_name, settings)
+    options = options or SubmitOptions()
+    os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args(master, app_name, options, settings)
+    for py_file in reversed(options.py_files):  # importable by the script, as under spark-submit
+        if "://" not in py_file:
+            entry = Path(py_file).resolve()
+            sys.path.insert(0, str(entry.parent if entry.suffix == ".py" else entry))
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per gateway call otherwise
     handler = _ProgressHandler(emit)
     log.addHandler(handler)
@@ -1202,6 +1246,11 @@ def submit_script(
             sc_conf.set(key, value)
         sc = SparkContext.getOrCreate(sc_conf)
         sc.setLogLevel("ERROR")
+        # pyspark's own Ctrl-C handler cancels every Spark job first, which kills the nodes
+        # before they hear the stop (the job would end FAILED, its nodes lost); Python's
+        # plain KeyboardInterrupt lets the cluster stop them (SparkCluster._interrupt).
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         emit(f"Spark application {sc.applicationId} on {master}")
         cluster = run(
             sc,

@@ -49,7 +49,12 @@ class ExitCode(enum.IntEnum):
     FAILED = 1  # the job failed, or the coordinator refused the request
     USAGE = 2  # bad flags, environment or files: the message says what to change
     UNREACHABLE = 3  # no answer from the coordinator: refused, no such host, timed out
-    INTERRUPTED = 130
+    STOPPED = 4  # the job was stopped (tfcoord stop, a stop from the dashboard) before it ended
+    INTERRUPTED = 130  # Ctrl-C (SIGINT): a job this command ran is stopped first
+    #: The reader of stdout went away (``tfcoord logs JOB | head``): nothing more to say, and
+    #: no one to say it to. 141 is what a shell reports for a tool killed by SIGPIPE, which
+    #: is how ``cat`` or ``grep`` end in the same pipeline (Python ignores SIGPIPE itself).
+    PIPE_CLOSED = 141
 
 
 class UsageError(Exception):
@@ -124,13 +129,29 @@ def fail(code: int, message: str) -> int:
     return code
 
 
+def _pipe_closed() -> int:
+    """Stdout's reader is gone: leave quietly, like other Unix tools in a closed pipeline.
+
+    Python would flush stdout once more at exit and print an error on stderr about that
+    flush; stdout now points at /dev/null so that last flush has nowhere to fail.
+    """
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return ExitCode.PIPE_CLOSED
+
+
 def run_entry(fn: Callable[[], int], *, debug: bool) -> int:
     """Run an entry point's command; every error becomes one line and a documented exit code.
 
     Only an error no rule names is "a tfcoord bug", with its traceback under ``debug``.
     """
     try:
-        return fn()
+        code = fn()
+        sys.stdout.flush()  # here, where a reader that went away is caught, not at exit
+        return code
     except UsageError as e:
         return fail(ExitCode.USAGE, str(e))
     except Unreachable as e:
@@ -145,6 +166,8 @@ def run_entry(fn: Callable[[], int], *, debug: bool) -> int:
         return fail(ExitCode.FAILED, str(e))
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        return _pipe_closed()
     except Exception as e:
         if debug:
             import traceback
