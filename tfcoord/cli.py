@@ -1005,8 +1005,9 @@ def _logs(args: argparse.Namespace) -> int:
         st = c.status(args.job)
         eid = _node_executor(st, args.node) if args.node else -1
         since, warned = 0, set[int]()
-        # A coordinator keeps no output across a restart and numbers what comes after from 0
-        # again: once the connection was re-established, the lines are asked for from the
+        # A coordinator without a state directory keeps no output across a restart and
+        # numbers what comes after from 0 again (one with it may reuse the numbers of the
+        # last second's lines, which it had not kept yet): once the connection was re-established, the lines are asked for from the
         # start, and those already printed (numbered below the old ``since`` and no newer than
         # the last one printed) are skipped, so a reconnect to the same coordinator repeats nothing.
         reconnects, last_t = c.reconnects, 0.0

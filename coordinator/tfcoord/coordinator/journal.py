@@ -4,6 +4,10 @@ The coordinator's state is rebuilt by replaying these events through the pure st
 machine (see ``state.py``), so the journal stores events, not snapshots. SQLite in
 WAL mode: one file under ``--state-dir``, atomic commits, safe against ``kill -9``.
 An embedded coordinator lives only as long as its driver, so it journals nothing.
+
+Beside the events, the same database keeps the nodes' output lines (tables ``output`` and
+``output_nodes``, written about once a second by :mod:`.keptoutput`), so a ``tfcoord serve``
+still shows a job's output after its driver, or the coordinator itself, has restarted.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,6 +54,17 @@ class Journal(Protocol):
 #: What ``append`` and ``forget`` queued, taken as one group commit: (job, kind, body)
 #: rows to insert, with ``kind`` None for "delete the job's records".
 Batch = list[tuple[str, str | None, bytes | None]]
+
+
+@dataclass
+class OutputBatch:
+    """Nodes' output to keep (see :mod:`.keptoutput`)."""
+
+    #: New lines: (job, executor_id, seq, time, stream, text).
+    lines: list[tuple[str, int, int, float, str, str]]
+    #: Per node: (job, executor_id, the oldest line still held, lines dropped before it);
+    #: lines numbered below that are deleted.
+    nodes: list[tuple[str, int, int, int]]
 
 
 class MemoryJournal:
@@ -228,6 +244,7 @@ class SqliteJournal:
             # FULL: a commit survives power loss, not only a process kill; the commit is
             # batched per event-loop turn, so the fsync cost is shared by many requests.
             self._db.execute("PRAGMA synchronous=FULL")
+            self._create_output_tables()
             if fresh:
                 # One transaction: a kill during the first start leaves no tables at all
                 # (started afresh next time), never a half-made journal refused as foreign.
@@ -258,6 +275,19 @@ class SqliteJournal:
             raise
         self._pending: Batch = []
         self._lock = threading.Lock()
+
+    def _create_output_tables(self) -> None:
+        """The nodes' output (see :mod:`.keptoutput`): beside the events, in every journal,
+        including one written before output was kept (the tables are only added)."""
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS output (job TEXT NOT NULL, executor_id INTEGER NOT NULL, "
+            "seq INTEGER NOT NULL, t REAL NOT NULL, stream TEXT NOT NULL, text TEXT NOT NULL, "
+            "PRIMARY KEY (job, executor_id, seq)) WITHOUT ROWID"
+        )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS output_nodes (job TEXT NOT NULL, executor_id INTEGER NOT NULL, "
+            "dropped INTEGER NOT NULL, PRIMARY KEY (job, executor_id)) WITHOUT ROWID"
+        )
 
     def _empty(self) -> bool:
         """No tables at all: an empty file, or a database whose creation never committed."""
@@ -319,8 +349,9 @@ class SqliteJournal:
                         self._db.executemany(
                             "INSERT INTO events (job, kind, body) VALUES (?, ?, ?)", batch[i:j]
                         )
-                    if j < len(batch):
-                        self._db.execute("DELETE FROM events WHERE job = ?", (batch[j][0],))
+                    if j < len(batch):  # a forgotten job: its output goes with its events
+                        for table in ("events", "output", "output_nodes"):
+                            self._db.execute(f"DELETE FROM {table} WHERE job = ?", (batch[j][0],))
                     i = j + 1
                 self._db.execute("COMMIT")
             except BaseException:
@@ -343,6 +374,41 @@ class SqliteJournal:
                     raise StateDirError(f"journal record {seq} in {self.path} is unreadable ({e})") from e
         except sqlite3.DatabaseError as e:
             raise StateDirError(f"{self.path} is corrupt ({e}); move it aside or restore a backup") from e
+
+    def write_output(self, batch: OutputBatch) -> None:
+        """Keep new output lines and drop those the coordinator no longer holds, in one
+        transaction (see :mod:`.keptoutput`).
+
+        Raises:
+            sqlite3.Error: nothing of the batch was written.
+        """
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany("INSERT OR REPLACE INTO output VALUES (?, ?, ?, ?, ?, ?)", batch.lines)
+                self._db.executemany(
+                    "DELETE FROM output WHERE job = ? AND executor_id = ? AND seq < ?",
+                    [(job, eid, floor) for job, eid, floor, _ in batch.nodes],
+                )
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO output_nodes VALUES (?, ?, ?)",
+                    [(job, eid, dropped) for job, eid, _, dropped in batch.nodes],
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def read_output(self) -> OutputBatch:
+        """Every kept output line, by job, node and number, and each node's dropped count."""
+        try:
+            with self._lock:
+                lines = self._db.execute("SELECT * FROM output ORDER BY job, executor_id, seq").fetchall()
+                nodes = self._db.execute("SELECT job, executor_id, dropped FROM output_nodes").fetchall()
+        except sqlite3.DatabaseError as e:
+            raise StateDirError(f"{self.path} is corrupt ({e}); move it aside or restore a backup") from e
+        return OutputBatch(lines=lines, nodes=[(job, eid, 0, dropped) for job, eid, dropped in nodes])
 
     def get_meta(self, key: str) -> str | None:
         with self._lock:

@@ -41,7 +41,8 @@ from tfcoord.client.protocol import DEFAULT_MAX_FRAME_BYTES, ClusterReplyFrames,
 from tfcoord.client.vocab import ErrorCode
 
 from . import state as s
-from .journal import Journal, MemoryJournal, event_job
+from .journal import Journal, MemoryJournal, OutputBatch, SqliteJournal, event_job
+from .keptoutput import OUTPUT_INTERVAL_S, OutputKeeper
 from .logsafe import protect
 
 log = protect(logging.getLogger("tfcoord.coordinator"))
@@ -760,6 +761,11 @@ class CoordinatorServer:
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="tfcoord-journal")
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        #: With a state directory, the nodes' output is kept beside the journal
+        #: (:mod:`.keptoutput`), on the committer's thread, one write at a time.
+        self._keeper = OutputKeeper(self.state, journal) if isinstance(journal, SqliteJournal) else None
+        self._keeping: tuple[Any, OutputBatch] | None = None
+        self._keep_timer: asyncio.TimerHandle | None = None
         self.rejected_frames = 0
         self.rejected_connections = 0
         #: Connections by budget: authenticated, and still in their handshake (per source too).
@@ -788,6 +794,8 @@ class CoordinatorServer:
             # coordinator was stopped in the middle of is finished by Recovered.
             self.state.handle(event)
             n += 1
+        if self._keeper is not None:
+            self._keeper.restore()  # before Recovered: its forgetting takes their lines too
         # What came due meanwhile (reservation deadlines, jobs to forget) is carried out by
         # the first Tick once the server runs (``start`` arms the timer).
         self.state.handle(s.Recovered(now=time.time()))
@@ -813,6 +821,8 @@ class CoordinatorServer:
             )
         sockname = self._server.sockets[0].getsockname()
         self._arm_timer()
+        if self._keeper is not None:
+            self._keep_output()
         return sockname[0], sockname[1]
 
     async def close(self) -> None:
@@ -825,12 +835,42 @@ class CoordinatorServer:
             await self._server.wait_closed()
         if self._timer is not None:
             self._timer.cancel()
+        if self._keep_timer is not None:
+            self._keep_timer.cancel()
         if self._inflight is not None and self._inflight[0] is not None:
             await asyncio.wrap_future(self._inflight[0])
         self.flush_now()
         self._committer.shutdown()
+        if self._keeper is not None:  # the last lines, once every other write is done
+            self._write_output(self._keeper.collect())
         self.journal.close()
         self.stopped.set()
+
+    def _keep_output(self) -> None:
+        """Every :data:`OUTPUT_INTERVAL_S`: hand the new output lines to the committer's
+        thread (never more than one such write in flight)."""
+        assert self._keeper is not None
+        loop = asyncio.get_running_loop()
+        self._keep_timer = loop.call_later(OUTPUT_INTERVAL_S, self._keep_output)
+        if self._keeping is not None:
+            done, last = self._keeping
+            if not done.done():
+                return
+            if not done.result():
+                self._keeper.failed(last)  # here on the loop, where it collects
+        batch = self._keeper.collect()
+        self._keeping = None if batch is None else (self._committer.submit(self._write_output, batch), batch)
+
+    def _write_output(self, batch: OutputBatch | None) -> bool:
+        if batch is None or self._keeper is None:
+            return True
+        try:
+            self._keeper.journal.write_output(batch)
+        except Exception:
+            # Output is not the job's state: nothing waits on it; it is written whole next time.
+            log.exception("keeping %d output lines in the state directory failed", len(batch.lines))
+            return False
+        return True
 
     def _new_peer(self) -> _Peer:
         cid = self._next_conn

@@ -75,7 +75,8 @@ class ProgressNode(Event):
 
 @dataclass(frozen=True)
 class NodeLogsEvent(Event):
-    """Never journaled: a restarted coordinator shows the output that came after it."""
+    """Never journaled as an event: with a state directory the lines are copied beside the
+    journal about once a second (``keptoutput.py``), else a restart shows only later ones."""
 
     req: m.NodeLogs
     conn: int | None = None

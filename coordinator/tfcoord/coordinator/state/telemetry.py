@@ -2,9 +2,10 @@
 
 None of it changes a job's life cycle. Metadata (a TensorBoard URL, what map_fun returned)
 is merged into the node and journaled when it changes; progress points (``ctx.report``) and
-output lines are kept per node in bounded buffers and never journaled (a restarted
-coordinator shows the next ones). Once a job ends its buffers are thinned, so a thousand
-finished jobs stay small.
+output lines are kept per node in bounded buffers and never journaled as events (a restarted
+coordinator shows the next progress points; a ``tfcoord serve`` with a state directory copies
+the output buffers beside its journal, see ``coordinator/keptoutput.py``). Once a job ends
+its buffers are thinned, so a thousand finished jobs stay small.
 """
 
 from __future__ import annotations
