@@ -91,7 +91,7 @@ from tfcoord.driver.session import (
     stop_and_wait,
     stop_interrupted,
 )
-from tfcoord.driver.sparksubmit import SubmitOptions
+from tfcoord.driver.sparksubmit import DEPLOY_MODES, SubmitOptions
 from tfcoord.node import main as node_main
 
 log = logging.getLogger("tfcoord")
@@ -1296,46 +1296,24 @@ def _submit_spark(args: argparse.Namespace, command: list[str]) -> int:
     return 0 if status is None else _job_exit(status)
 
 
-#: Spark's memory sizes: a number and a unit (``512m``, ``4g``; a bare number is bytes).
-_SPARK_MEMORY = re.compile(r"\d+([kmgtp]b?|b)?", re.IGNORECASE)
-
-
 def _spark_options(args: argparse.Namespace) -> SubmitOptions:
     """Every flag of ``submit --engine spark``, checked before Spark starts (a mistake is one
     line in milliseconds, not a Java stack trace after seconds): the cluster's shape, the
-    restart policy, the master URL (and that a standalone master answers), the files to
-    ship, the memory sizes and ``--conf`` settings."""
+    restart policy, spark-submit's flags (:meth:`SubmitOptions.of`), the master URL, and that
+    a standalone master answers."""
     from tfcoord.driver.spark import cluster_roles
     from tfcoord.driver.sparksubmit import (
         LOCAL_STANDALONE,
         MasterUnreachable,
         SubmitError,
-        check_files,
         check_master,
         check_master_reachable,
     )
 
     if args.num_executors is None:
         raise UsageError("--engine spark needs --num-executors N (the TensorFlow cluster's size)")
-    if args.deploy_mode == "cluster":
-        raise UsageError(
-            "--deploy-mode cluster: tfcoord submit is the Spark driver itself (it follows the job "
-            "and prints its progress here), so it runs in client mode; to run the driver on the "
-            "cluster, use spark-submit --deploy-mode cluster with your script (tfcoord's run() works there)"
-        )
     if args.executor_cores < 1:
         raise UsageError(f"--executor-cores must be at least 1, not {args.executor_cores}")
-    for flag, size in (("--executor-memory", args.executor_memory), ("--driver-memory", args.driver_memory)):
-        if size is not None and not _SPARK_MEMORY.fullmatch(size):
-            raise UsageError(
-                f"{flag} {size!r} is not a memory size: give a number and a unit, e.g. 2g or 512m"
-            )
-    conf: dict[str, str] = {}
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--conf takes KEY=VALUE (e.g. --conf spark.task.maxFailures=1), not {item!r}")
-        conf[key.strip()] = value
     try:
         roles = cluster_roles(args.num_executors, args.ps, "chief" if args.chief else None, args.evaluator)
         # The restart policy and timeouts as the job will carry them.
@@ -1350,14 +1328,16 @@ def _spark_options(args: argparse.Namespace) -> SubmitOptions:
             str(e).replace("num_executors", "--num-executors").replace("num_ps", "--num-ps")
         ) from None
     try:
-        check_master(args.master)
-        options = SubmitOptions(
-            py_files=check_files("--py-files", args.py_files),
-            files=check_files("--files", args.files),
-            archives=check_files("--archives", args.archives),
+        options = SubmitOptions.of(
+            deploy_mode=args.deploy_mode,
+            executor_memory=args.executor_memory,
             driver_memory=args.driver_memory,
-            conf=conf,
+            conf=args.conf,
+            py_files=args.py_files,
+            files=args.files,
+            archives=args.archives,
         )
+        check_master(args.master)
         if args.master != LOCAL_STANDALONE:
             check_master_reachable(args.master)
     except MasterUnreachable as e:
@@ -1704,7 +1684,7 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
         )
     spark.add_argument(
         "--deploy-mode",
-        choices=("client", "cluster"),
+        choices=DEPLOY_MODES,
         default="client",
         help="client (tfcoord submit is the driver); cluster is refused, with why",
     )

@@ -217,7 +217,7 @@ def test_submit_spark_through_a_mutual_tls_coordinator_prints_the_real_outcome_o
         stop = served.cli("stop", job, "--reason", "enough for today", env=env)
         assert stop.returncode == 0, stop.stdout + stop.stderr
         err = "".join(seen) + proc.stderr.read()
-        assert proc.wait(timeout=120) == 1, err[-3000:]
+        assert proc.wait(timeout=120) == 4, err[-3000:]  # ExitCode.STOPPED
     finally:
         if proc.poll() is None:
             proc.kill()

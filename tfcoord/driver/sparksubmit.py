@@ -35,6 +35,8 @@ _MASTER_FORMS = (
 _KNOWN = ("spark://", "k8s://", "local", "local-cluster[", "yarn", LOCAL_STANDALONE)
 #: What --deploy-mode may say (spark-submit's values).
 DEPLOY_MODES = ("client", "cluster")
+#: Spark's memory sizes: a number and a unit (``512m``, ``4g``; a bare number is bytes).
+_MEMORY = re.compile(r"\d+([kmgtp]b?|b)?", re.IGNORECASE)
 
 
 class SubmitError(ValueError):
@@ -57,6 +59,52 @@ class SubmitOptions:
     archives: tuple[str, ...] = ()
     driver_memory: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        deploy_mode: str = "client",
+        executor_memory: str | None = None,
+        driver_memory: str | None = None,
+        conf: Iterable[str] = (),
+        py_files: Iterable[str] = (),
+        files: Iterable[str] = (),
+        archives: Iterable[str] = (),
+    ) -> SubmitOptions:
+        """spark-submit's flags as typed (``conf``: ``KEY=VALUE`` items), checked.
+
+        Raises:
+            SubmitError: cluster deploy mode, a memory size Spark would not read, a ``--conf``
+                item that is not ``KEY=VALUE``, or a local file to ship that is not there.
+        """
+        if deploy_mode != "client":
+            raise SubmitError(
+                f"--deploy-mode {deploy_mode}: tfcoord submit is the Spark driver itself (it follows "
+                "the job and prints its progress here), so it runs in client mode; to run the driver "
+                "on the cluster, use spark-submit --deploy-mode cluster with your script (tfcoord's "
+                "run() works there)"
+            )
+        for flag, size in (("--executor-memory", executor_memory), ("--driver-memory", driver_memory)):
+            if size is not None and not _MEMORY.fullmatch(size):
+                raise SubmitError(
+                    f"{flag} {size!r} is not a memory size: give a number and a unit, e.g. 2g or 512m"
+                )
+        settings: dict[str, str] = {}
+        for item in conf:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise SubmitError(
+                    f"--conf takes KEY=VALUE (e.g. --conf spark.task.maxFailures=1), not {item!r}"
+                )
+            settings[key.strip()] = value
+        return cls(
+            py_files=check_files("--py-files", py_files),
+            files=check_files("--files", files),
+            archives=check_files("--archives", archives),
+            driver_memory=driver_memory,
+            conf=settings,
+        )
 
     def args(self) -> list[str]:
         """These flags as spark-submit's arguments (before ``--conf`` settings of tfcoord's own)."""
