@@ -79,7 +79,7 @@ from tfcoord.client.entry import (
 )
 from tfcoord.client.messages import MAX_LOGS_REPLY
 from tfcoord.client.progress import describe
-from tfcoord.client.replies import JobStatus
+from tfcoord.client.replies import JobList, JobStatus
 from tfcoord.client.terminal import TRACEBACK, printable
 from tfcoord.client.vocab import JobState, RestartOn
 from tfcoord.client.watcher import FOREVER_S, watch_until
@@ -772,6 +772,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    # Without a job or an address: the jobs of this user's live embedded coordinator, and
+    # those whose driver has ended, from their run records; either alone when that is all.
+    ended = _ended_runs() if args.job is None and not (args.address or os.environ.get(ADDRESS_ENV)) else []
+    if ended and _local_coordinator(args) is None:
+        return _print_listing(args, None, ended)
     cfg = _admin_config(args)
     with _connect(cfg, args, role="admin", follow=args.follow) as c:
         if args.job is None:
@@ -781,28 +786,74 @@ def _status(args: argparse.Namespace) -> int:
             if args.follow:
                 return _follow_status(c, st, args)
     if args.job is None:
-        if args.json:
-            print(json.dumps(dict(listing.wire), indent=2, sort_keys=True))
-            return 0
-        rows: list[tuple[str, ...]] = [("JOB", "NAME", "ENGINE", "STATE", "NODES", "SUBMITTED", "ENDED")]
-        for j in listing.jobs:
-            rows.append(
-                (
-                    j.job,
-                    j.name or "-",
-                    j.engine,
-                    j.state,
-                    f"{j.registered}/{j.size}",
-                    _fmt_time(j.submitted_at),
-                    _fmt_time(j.ended_at),
-                )
-            )
-        _table(rows)
-        return 0
+        return _print_listing(args, listing, ended)
     if args.json:
         print(json.dumps(dict(st.wire), indent=2, sort_keys=True))
         return 0
     _print_status(st)
+    return 0
+
+
+def _ended_runs() -> list[runrecords.RunRecord]:
+    try:
+        return runrecords.ended(connfile.runtime_dir(os.environ))
+    except runrecords.RunRecordError as e:
+        raise UsageError(str(e)) from None
+
+
+def _print_listing(
+    args: argparse.Namespace, listing: JobList | None, ended: list[runrecords.RunRecord]
+) -> int:
+    """``tfcoord status``'s table: a coordinator's jobs, then the runs whose driver ended
+    (their state as last recorded; ENDED is when the driver ended for a job it never finished)."""
+    live = {j.job for j in listing.jobs} if listing is not None else set()
+    ended = [r for r in ended if r.job not in live]
+    if args.json:
+        body = dict(listing.wire) if listing is not None else {"jobs": []}
+        body["ended_runs"] = [
+            {
+                "job": r.job,
+                "state": r.status["state"],
+                "pid": r.pid,
+                "written_at": r.written_at,
+                "record": str(r.path),
+            }
+            for r in ended
+        ]
+        print(json.dumps(body, indent=2, sort_keys=True))
+        return 0
+    # DRIVER only beside ended runs: the live jobs are then the embedded coordinator's, whose
+    # driver runs.
+    driver = ("DRIVER",) if ended else ()
+    rows: list[tuple[str, ...]] = [("JOB", "NAME", "ENGINE", "STATE", "NODES", "SUBMITTED", "ENDED", *driver)]
+    for j in listing.jobs if listing is not None else ():
+        rows.append(
+            (
+                j.job,
+                j.name or "-",
+                j.engine,
+                j.state,
+                f"{j.registered}/{j.size}",
+                _fmt_time(j.submitted_at),
+                _fmt_time(j.ended_at),
+                *(("running",) if ended else ()),
+            )
+        )
+    for r in ended:
+        st = JobStatus.decode(r.status)
+        rows.append(
+            (
+                st.job,
+                st.name or "-",
+                st.engine,
+                st.state,
+                f"{st.registered}/{st.size}",
+                _fmt_time(st.submitted_at),
+                _fmt_time(st.ended_at if st.terminal else r.written_at),
+                f"ended (pid {r.pid})",
+            )
+        )
+    _table(rows)
     return 0
 
 

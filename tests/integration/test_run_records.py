@@ -190,3 +190,77 @@ def test_a_killed_nodes_last_lines_are_in_its_failure(tmp_path):
     assert killed["error"].endswith(
         "its last 20 lines of output:\n" + "\n".join(f"loading shard {i}" for i in range(10, 30))
     )
+
+
+def _row(stdout: str, job: str) -> list[str]:
+    (row,) = [line.split() for line in stdout.splitlines() if line.startswith(job + " ")]
+    return row
+
+
+def test_status_without_a_job_lists_ended_runs_beside_the_live_driver(tmp_path):
+    run = tmp_path / "run"
+    env = _env(run)
+    done = _cli(env, "submit", "--engine", "local", "--workers", "2", "--", sys.executable, "-c", PRINTER)
+    assert done.returncode == 0, done.stderr
+    first = _job_of(done.stderr)
+    # No driver runs: the ended run alone (was: "no coordinator address", exit 2).
+    alone = _cli(env, "status")
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout.splitlines()[0].split()[-1] == "DRIVER"
+    row = _row(alone.stdout, first)
+    assert row[3] == "SUCCEEDED" and row[-3:-1] == ["ended", "(pid"], alone.stdout
+
+    proc = subprocess.Popen(
+        [
+            *TFCOORD,
+            "submit",
+            "--engine",
+            "local",
+            "--workers",
+            "2",
+            "--",
+            sys.executable,
+            "-c",
+            PRINTER,
+            "wait",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        second = _job_of(proc.stderr.readline())
+        seen = 0
+        for line in proc.stdout:  # both nodes run: the job is RUNNING on the live driver
+            seen += "waiting to be killed" in line
+            if seen == 2:
+                break
+        both = _cli(env, "status")
+        assert both.returncode == 0, both.stderr
+        assert _row(both.stdout, second)[3] == "RUNNING" and _row(both.stdout, second)[-1] == "running"
+        assert _row(both.stdout, first)[3] == "SUCCEEDED" and "ended" in _row(both.stdout, first)
+        as_json = json.loads(_cli(env, "status", "--json").stdout)
+        assert [j["job"] for j in as_json["jobs"]] == [second]
+        assert [(r["job"], r["state"]) for r in as_json["ended_runs"]] == [(first, "SUCCEEDED")]
+        # The record must hold the running job before its driver is killed (written each second).
+        record = run / "runs" / f"{second}.json"
+        deadline = time.monotonic() + 30
+        while not (record.is_file() and record.read_text().count("waiting to be killed") == 2):
+            assert time.monotonic() < deadline, "the run record never caught up with the output"
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    # Its driver killed: both are ended runs, the newest first, the second as last recorded.
+    after = _cli(env, "status")
+    assert after.returncode == 0, after.stderr
+    jobs = [line.split()[0] for line in after.stdout.splitlines()[1:]]
+    assert jobs == [second, first], after.stdout
+    assert _row(after.stdout, second)[3] == "RUNNING" and "ended" in _row(after.stdout, second)

@@ -164,3 +164,32 @@ def read(runtime_dir: Path, job: str) -> RunRecord | None:
         )
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise RunRecordError(f"run record {path} cannot be read ({e}): remove it") from None
+
+
+def ended(runtime_dir: Path) -> list[RunRecord]:
+    """This user's records whose driver has ended, newest first (``tfcoord status`` without
+    a job lists them beside the live coordinator's jobs).
+
+    Raises:
+        RunRecordError: as :func:`read`, for the directory or any record in it.
+    """
+    directory = runs_dir(runtime_dir)
+    try:
+        connfile.check_dir(runtime_dir)
+        connfile.check_dir(directory)
+        names = sorted(p.name for p in directory.iterdir())
+    except FileNotFoundError:
+        return []
+    except connfile.ConnectionFileError as e:
+        raise RunRecordError(str(e)) from None
+    except OSError as e:
+        raise RunRecordError(f"cannot list run records in {directory}: {e}") from None
+    found = []
+    for name in names:
+        job = name.removesuffix(".json")
+        if name.startswith(".") or job == name or not m.ID_RE.fullmatch(job):
+            continue  # a record being written (.NAME.PID.tmp), or no record at all
+        record = read(runtime_dir, job)
+        if record is not None and not record.driver_alive:
+            found.append(record)
+    return sorted(found, key=lambda r: r.written_at, reverse=True)
