@@ -275,6 +275,63 @@ def test_parallel_map_fun_error_names_the_task_with_its_traceback(sc, tmp_path, 
     assert "\tat org.apache" not in msg  # the Python story, not the Java stack
 
 
+#: A second application on the session's standalone cluster, with no spark.cores.max and
+#: executors larger than its worker's memory: it never gets an executor.
+CROWDED_OUT = """
+import sys
+from pyspark import SparkConf, SparkContext
+from tfcoord.driver import spark as tfs
+
+def fn(args, ctx):
+    pass
+
+conf = (
+    SparkConf()
+    .setMaster(sys.argv[1])
+    .setAppName("crowded-out")
+    .set("spark.ui.enabled", "false")
+    .set("spark.executor.memory", "100g")
+)
+sc = SparkContext(conf=conf)
+sc.setLogLevel("ERROR")
+tfs.run(sc, fn, None, 2, 0, reservation_timeout=float(sys.argv[2]))
+"""
+
+
+def test_a_reservation_short_of_executors_is_named_within_seconds(sc, tmp_path):
+    # The configuration does not say how many executors the application gets; the ones that
+    # registered (none: no worker has 100 GiB) cannot hold 2 nodes: the driver says so after
+    # EXECUTOR_WAIT_S, with the numbers, instead of waiting out its 600 s reservation timeout.
+    from tfcoord.driver.standalone import LocalSparkCluster
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CROWDED_OUT, sc.master, "600"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=LocalSparkCluster.env(),
+        cwd=tmp_path,
+    )
+    assert proc.stderr is not None
+    try:
+        seen, submitted_at, warned = [], None, None
+        for line in proc.stderr:  # ends at the warning, or when the program ends without one
+            seen.append(line)
+            if submitted_at is None and " SUBMITTED: " in line:
+                submitted_at = time.monotonic()
+            if "Spark task slot(s) after" in line:
+                warned = line
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+    assert warned is not None and submitted_at is not None, "".join(seen)[-3000:]
+    assert time.monotonic() - submitted_at < tfs.EXECUTOR_WAIT_S + 15
+    assert f"the application has 0 Spark task slot(s) after {tfs.EXECUTOR_WAIT_S:g} s" in warned
+    assert "needs 2 nodes running at once" in warned
+
+
 #: Runs parallel() right after SparkContext() returns, before the executors have registered.
 EARLY_PARALLEL = """
 import sys

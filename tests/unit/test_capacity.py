@@ -15,24 +15,33 @@ from tfcoord.driver.capacity import (
 
 def test_standalone_slots_come_from_cores_max_and_executor_cores() -> None:
     conf = {"spark.cores.max": "2", "spark.executor.cores": "1"}
-    assert configured_slots(conf.get, "spark://h:7077") == Slots(
+    assert configured_slots(conf.get, "spark://h:7077", 8) == Slots(
         2, "2 executors x 1 core (spark.cores.max=2, spark.executor.cores=1)"
     )
-    assert configured_slots({"spark.cores.max": "4", "spark.task.cpus": "2"}.get, "spark://h:7077") == Slots(
-        2, "(spark.cores.max=4, spark.task.cpus=2)"
-    )
+    assert configured_slots(
+        {"spark.cores.max": "4", "spark.task.cpus": "2"}.get, "spark://h:7077", 8
+    ) == Slots(2, "(spark.cores.max=4, spark.task.cpus=2)")
 
 
 def test_yarn_and_local_cluster_slots() -> None:
     conf = {"spark.executor.instances": "4", "spark.executor.cores": "2", "spark.task.cpus": "2"}
-    assert configured_slots(conf.get, "yarn").count == 4
-    assert configured_slots({}.get, "local-cluster[3, 2, 1024]") == Slots(
+    assert configured_slots(conf.get, "yarn", 8).count == 4
+    assert configured_slots({}.get, "local-cluster[3, 2, 1024]", 8) == Slots(
         6, "3 executors x 2 cores (local-cluster[3, 2, 1024])"
     )
 
 
+def test_local_masters_have_their_threads() -> None:
+    assert configured_slots({}.get, "local", 8) == Slots(1, "local: 1 task thread(s)")
+    assert configured_slots({}.get, "local[2]", 8) == Slots(2, "local[2]: 2 task thread(s)")
+    assert configured_slots({}.get, "local[*, 3]", 8) == Slots(8, "local[*, 3]: 8 task thread(s)")
+    assert configured_slots({"spark.task.cpus": "2"}.get, "local[4,2]", 8) == Slots(
+        2, "local[4,2]: 4 task thread(s) (spark.task.cpus=2)"
+    )
+
+
 def test_a_configuration_that_does_not_say_checks_nothing() -> None:
-    assert configured_slots({"spark.executor.cores": "1"}.get, "spark://h:7077") is None
+    assert configured_slots({"spark.executor.cores": "1"}.get, "spark://h:7077", 8) is None
     check_application(None, 100)
 
 

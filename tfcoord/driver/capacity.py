@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 _LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,")
+#: ``local``, ``local[N]``, ``local[*]``, with ``,F`` (task retries) after either.
+_LOCAL = re.compile(r"local(?:\[\s*(\d+|\*)\s*(?:,\s*\d+\s*)?\])?")
 _JVM_SIZE = re.compile(r"\s*(\d+)\s*([kmgt]?)b?\s*", re.IGNORECASE)
 #: A JVM size's unit in MiB; Spark reads a bare number of ``spark.executor.memory`` as MiB.
 _MIB = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
@@ -41,12 +43,17 @@ def _shape(executors: int | None, cores: int | None, settings: list[str]) -> str
     return f"{head}({', '.join(settings)})"
 
 
-def configured_slots(get: Callable[[str], str | None], master: str) -> Slots | None:
+def configured_slots(get: Callable[[str], str | None], master: str, machine_cores: int) -> Slots | None:
     """The task slots the Spark configuration asks for (``get(key)`` reads a setting), once
     every executor has registered; None when it does not say (dynamic allocation, a
-    standalone application without ``spark.cores.max``)."""
+    standalone application without ``spark.cores.max``). ``machine_cores``: what
+    ``local[*]`` runs on."""
     task_cpus = int(get("spark.task.cpus") or 1)
     per_task = [f"spark.task.cpus={task_cpus}"] if task_cpus > 1 else []
+    if m := _LOCAL.fullmatch((master or "").strip()):  # the driver's own executor
+        threads = machine_cores if m.group(1) == "*" else int(m.group(1) or 1)
+        extra = f" ({per_task[0]})" if per_task else ""
+        return Slots(threads // task_cpus, f"{master.strip()}: {threads} task thread(s){extra}")
     if m := _LOCAL_CLUSTER.match(master or ""):
         n, c = int(m.group(1)), int(m.group(2))
         return Slots(n * c // task_cpus, _shape(n, c, [master, *per_task]))

@@ -323,11 +323,13 @@ def run(
     if isinstance(queues, str) or not all(isinstance(q, str) and q for q in queues):
         raise ValueError(f"queues must be a list of queue names, not {queues!r}")
     given, profiles = _role_profiles(sc, role_resources, roles, driver_ps_nodes)
-    if not given:  # roles with resources of their own are checked against their profiles
-        # Every node on an executor is a Spark task and all must run at once: refused now,
-        # with the numbers, rather than after the reservation timeout.
-        nodes = num_executors - (num_ps if driver_ps_nodes else 0)
-        capacity.check_application(capacity.configured_slots(sc.getConf().get, sc.master or ""), nodes)
+    # Every node on an executor is a Spark task and all must run at once: refused now, with
+    # the numbers, rather than after the reservation timeout (roles with resources of their
+    # own are checked against their profiles instead).
+    nodes = num_executors - (num_ps if driver_ps_nodes else 0)
+    configured = _configured_slots(sc)
+    if not given:
+        capacity.check_application(configured, nodes)
     console.show_progress(
         quiet
         if quiet is not None
@@ -392,6 +394,11 @@ def run(
     _Started.last = cluster
     try:
         cluster._launch(driver_ps_nodes, num_ps)
+        if configured is None and not given:
+            # The configuration did not say: the executors that register will.
+            threading.Thread(
+                target=cluster._warn_if_short, args=(nodes,), name="tfcoord-task-slots", daemon=True
+            ).start()
         cluster._await_ready()
         if node.background:
             cluster._await_launched()
@@ -567,6 +574,24 @@ class SparkCluster:
         t = threading.Thread(target=fn, name=name, daemon=True)
         t.start()
         self._threads.append(t)
+
+    def _warn_if_short(self, nodes: int) -> None:
+        """Say, within :data:`EXECUTOR_WAIT_S`, that the executors registered so far cannot
+        run the ``nodes`` node tasks at once: the reservation would otherwise wait silently
+        until its timeout. (Spark may still add executors: a warning, not a failure.)"""
+        slots = await_task_slots(self.sc, nodes)
+        if slots < nodes:
+            log.warning(
+                "job %s: the application has %d Spark task slot(s) after %g s, but the TensorFlow "
+                "cluster needs %d nodes running at once, one task each: it forms only if Spark gives "
+                "the application more executors (another application may hold the cluster's cores; "
+                "spark.cores.max or spark.executor.instances x spark.executor.cores ask for %d)",
+                self.job,
+                slots,
+                EXECUTOR_WAIT_S,
+                nodes,
+                nodes,
+            )
 
     def _await_ready(self) -> None:
         def settled(st: JobStatus) -> bool:
@@ -1049,8 +1074,12 @@ def _task_slots(sc: Any) -> int:
 def _expected_slots(sc: Any) -> int | None:
     """The task slots the configuration asks for, once every executor has registered;
     None when it does not say (then only the deadline ends the wait)."""
-    slots = capacity.configured_slots(sc.getConf().get, sc.master or "")
+    slots = _configured_slots(sc)
     return slots.count if slots is not None else None
+
+
+def _configured_slots(sc: Any) -> capacity.Slots | None:
+    return capacity.configured_slots(sc.getConf().get, sc.master or "", len(os.sched_getaffinity(0)))
 
 
 def await_task_slots(sc: Any, needed: int, wait_s: float = EXECUTOR_WAIT_S) -> int:
