@@ -33,7 +33,7 @@ TIMELINE_BASE = 256
 TIMELINE_PER_SLOT = 8
 
 
-@dataclass
+@dataclass(slots=True)  # a 10,000-node job holds 10,000 of these: no dict per node
 class Node:
     executor_id: int
     attempt: int
@@ -125,7 +125,7 @@ class EngineTask:
         return f"{engine} task {self.task_id} {self.state}" + (f" ({self.message})" if self.message else "")
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     role: str
     index: int

@@ -27,7 +27,7 @@ from .views import brief, missing_lines, status
 K = WaitKind
 
 
-@dataclass
+@dataclass(slots=True)  # one per pending request: every node keeps an await_stop pending
 class Wait:
     kind: WaitKind
     job: str
