@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -476,3 +477,19 @@ def hold_slot(host: str, port: int) -> None:
         conn.settimeout(120)
         while conn.recv(1):
             pass
+
+
+def print_then_wait_for_gate(args: Any, ctx: Any) -> None:
+    """Print a few lines on stdout and stderr, then stay up until the test closes its gate (a
+    listening socket: its connection is reset; none with ``args.gate`` None), then print once more."""
+    name = f"{ctx.job_name}:{ctx.task_index}"
+    for i in range(3):
+        print(f"line {i} of {name}", flush=True)
+    print(f"a warning from {name}", file=sys.stderr, flush=True)
+    if args.gate is not None:
+        with socket.create_connection(("127.0.0.1", args.gate), timeout=120) as gate:
+            try:
+                gate.recv(1)
+            except OSError:
+                pass  # reset: the gate was closed
+    print(f"released {name}", flush=True)

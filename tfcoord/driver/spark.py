@@ -44,6 +44,7 @@ from tfcoord.node.parallel import ParallelTask, ParallelTaskFailed
 from tfcoord.node.tlsfiles import TlsFiles
 
 from . import capacity, console, resources
+from .nodeoutput import NodeOutput
 from .session import INTERRUPT_REASON, CoordinatorLink, Interrupted, stop_interrupted
 from .sparksubmit import SubmitOptions, submit_args
 
@@ -294,11 +295,12 @@ def run(
     Spark gave its task, and a role without GPUs runs with ``CUDA_VISIBLE_DEVICES=""``. Left as
     None, it comes from the Spark configuration (``spark.tfcoord.resources.<role>.<cpus|gpus|memory>``).
     ``ctx.resources`` tells each node what its task was given.
-    ``quiet``: no progress on stderr. Left as None, from the Spark setting
+    ``quiet``: no progress and no node output on stderr. Left as None, from the Spark setting
     ``spark.tfcoord.quiet`` or the environment variable ``TFCOORD_QUIET``. Otherwise, unless
     the program configured logging itself, the reservation's progress (who is still
     missing), readiness, each node's end and the outcome are printed on stderr (see
-    :mod:`tfcoord.driver.console`).
+    :mod:`tfcoord.driver.console`), and, in any case, each node's output lines as they come,
+    ``[worker:0] ...`` (see :mod:`tfcoord.driver.nodeoutput`).
 
     ``executor_setup``: called in each node's process before ``map_fun`` (it is pickled, so
     a module-level function of a module the executors can import); the TensorFlowOnSpark layer
@@ -330,11 +332,9 @@ def run(
     configured = _configured_slots(sc)
     if not given:
         capacity.check_application(configured, nodes)
-    console.show_progress(
-        quiet
-        if quiet is not None
-        else console.quiet_from(os.environ, sc.getConf().get(console.QUIET_CONF, None))
-    )
+    if quiet is None:
+        quiet = console.quiet_from(os.environ, sc.getConf().get(console.QUIET_CONF, None))
+    console.show_progress(quiet)
     policy = restart_policy(sc, max_restarts, restart_on, restart_backoff_s, deadline_s)
     if policy["max_restarts"] and input_mode == InputMode.SPARK:
         raise ValueError(
@@ -385,6 +385,8 @@ def run(
         )
         cluster = SparkCluster(sc, driver, job, spec, node, link, input_mode, tensorboard)
         cluster.profiles = profiles
+        if not quiet:  # the nodes' own output, as the local engine shows it
+            cluster.output = NodeOutput(driver, job).start()
     except BaseException:
         driver.close()
         link.close()
@@ -483,6 +485,8 @@ class SparkCluster:
         #: The driver's progress lines (reservation, readiness, node ends), logged once each.
         self._progress = ProgressLines(lambda line: log.info("%s", line), final=False)
         self._aborted = False  # _abort ran: nodes stopped, coordinator closed
+        #: The nodes' output followed onto stderr (unless quiet), until the cluster is done.
+        self.output: NodeOutput | None = None
 
     @property
     def cluster_info(self) -> list[dict[str, Any]]:
@@ -809,6 +813,8 @@ class SparkCluster:
             self.sc.cancelJobGroup(self._group)
             for t in self._threads:
                 t.join(timeout=STOP_WAIT_S)
+        if self.output is not None:
+            self.output.stop()  # the nodes' last lines, while the coordinator still answers
         self.driver.close()
         self.link.close()
 
