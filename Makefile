@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-local test test-quick lint typecheck format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-node-death bench-load bench-recovery docs clean
+.PHONY: install demo demo-local test test-quick lint typecheck format bench bench-rendezvous bench-spark bench-feed bench-mesos bench-node-death bench-table bench-load bench-recovery docs clean
 
 $(STAMP): pyproject.toml client/pyproject.toml node/pyproject.toml coordinator/pyproject.toml aliases/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,14 +83,14 @@ FEED_RECORDS ?= 300000
 SPARK_REPEATS ?= 5
 MESOS_RUNS ?= 3
 DEATH_REPEATS ?= 3
-bench: $(BENCH_STAMP)
-	mkdir -p $(BENCH_OUT)
-	$(MAKE) bench-rendezvous bench-spark bench-feed bench-mesos bench-node-death
+bench: bench-rendezvous bench-spark bench-feed bench-mesos bench-node-death bench-table bench-load bench-recovery
+
+## The table of the figures the benchmarks above left in benchmarks/out/.
+bench-table: $(STAMP)
 	$(PY) benchmarks/results.py $(BENCH_OUT)/rendezvous.json $(BENCH_OUT)/spark_startup.json \
 		$(BENCH_OUT)/feed-1.json $(BENCH_OUT)/feed-3.json $(BENCH_OUT)/mesos_ready.json \
 		$(BENCH_OUT)/node_death.json --out benchmarks/results.md
 	cat benchmarks/results.md
-	$(MAKE) bench-load bench-recovery
 
 ## Rendezvous of N simulated nodes vs TensorFlowOnSpark 2.2.5's reservation server and the floor.
 bench-rendezvous: $(BENCH_STAMP)
