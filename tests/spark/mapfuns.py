@@ -493,3 +493,16 @@ def print_then_wait_for_gate(args: Any, ctx: Any) -> None:
             except OSError:
                 pass  # reset: the gate was closed
     print(f"released {name}", flush=True)
+
+
+def infer_or_raise_on_worker_1(args: Any, ctx: Any) -> None:
+    """Worker 1 answers its first batch, then raises; worker 0 answers every batch."""
+    from tfcoord.compat.tensorflowonspark import TFNode
+
+    feed = TFNode.DataFeed(ctx.mgr, False)
+    while not feed.should_stop():
+        batch = feed.next_batch(10)
+        if batch:
+            feed.batch_results([x * x for x in batch])
+            if ctx.task_index == 1:
+                raise Exception("FAKE exception on worker 1 during feeding")

@@ -88,3 +88,17 @@ def test_a_map_fun_error_while_fed_reaches_the_feeding_tasks_and_the_action(sc, 
     assert _failed_tasks(sc, "raise-inference") >= 2  # the retry was told the same error
     status = cluster.driver.await_job(cluster.job, 30, raise_on_failure=False)
     assert status["state"] == "FAILED" and "FAKE exception during feeding" in status["error"]
+
+
+def test_a_peers_error_reaches_the_feeding_tasks_of_the_nodes_it_stopped(sc, tmp_path):
+    # Worker 1 raises; the job fails and worker 0 is told to stop. Whichever feeding task
+    # Spark gives up on (worker 1's, or worker 0's once its process ended), the action's error
+    # carries worker 1's exception text, not "cannot reach the feed port".
+    cluster = tfs.run(sc, mapfuns.infer_or_raise_on_worker_1, args_for(tmp_path), 2, 0, input_mode=SPARK)
+    with pytest.raises(Exception) as raised:
+        cluster.inference(sc.parallelize(range(4000), 40), feed_timeout=60).collect()
+    text = str(raised.value)
+    assert "FAKE exception on worker 1 during feeding" in text, text[-3000:]
+    assert "cannot reach the feed port" not in text
+    status = cluster.driver.await_job(cluster.job, 30, raise_on_failure=False)
+    assert status["state"] == "FAILED"

@@ -316,6 +316,8 @@ class ForkedFunction(Child):
         self._outcome: tuple[str, Any] = ("", None)
         self._reader: threading.Thread | None = None
         self._feed_terminated = threading.Event()
+        #: Why the node was told to stop (its feed first): its late feeders are told the same.
+        self._stop_reason = ""
         #: After map_fun ended with its feed terminated, or failed: answers the feeders still
         #: coming that the node takes no data, or with its error.
         self._lingering: FeedServer | None = None
@@ -448,13 +450,14 @@ class ForkedFunction(Child):
         After its feed was terminated and it succeeded, they are told the node takes no more
         data, so they skip their partitions (TensorFlowOnSpark's) while the other nodes are
         fed on; after it failed, they are told its error (``error``, the traceback), so
-        Spark's task error and the driver's carry it. Otherwise (it returned with its feed
-        open, or died without a word) feeders are refused from now on.
+        Spark's task error and the driver's carry it; after it was told to stop (a peer
+        failed: the reason holds the peer's error), they are told why. Otherwise (it
+        returned with its feed open, or died without a word) feeders are refused from now on.
         """
         if self._feed_sock is None:
             return
         terminated = succeeded and self._feed_terminated.is_set()
-        if not (terminated or error):
+        if not (terminated or error or self._stop_reason):
             self._feed_sock.close()
             return
         from .datafeed import FeedServer
@@ -464,8 +467,10 @@ class ForkedFunction(Child):
         ).start()  # the same certificate: feeders pin it
         if terminated:
             self._lingering.terminate(f"DataFeed.terminate() on {self._node}: its feed is over")
-        else:
+        elif error:
             self._lingering.fail(error)
+        else:
+            self._lingering.stop(self._stop_reason)
 
     def lingers(self) -> bool:
         return self._lingering is not None
@@ -497,6 +502,7 @@ class ForkedFunction(Child):
         if not self._feed_address:
             return False
         pin = self._feed_tls.fingerprint if self._feed_tls is not None else ""
+        self._stop_reason = reason or "the job is stopping"
         _stop_feed(self.spec, self._node, self._feed_address, reason, pin)
         return self._ended.wait(FEED_STOP_GRACE_S)
 
