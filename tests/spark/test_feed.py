@@ -282,7 +282,7 @@ def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path, monkeypatch):
 
     # Another shell of the same user stops the job with no flags: the embedded coordinator's
     # connection file (mode 600) gives its address, admin credential and CA.
-    (conn,) = (tmp_path / "run").iterdir()
+    (conn,) = (tmp_path / "run").glob("coordinator-*.json")  # beside it: runs/, the run records
     assert conn.name == f"coordinator-{port}.json" and oct(conn.stat().st_mode & 0o777) == "0o600"
     env = {k: v for k, v in os.environ.items() if k not in ("TFCOORD_ADDRESS", "TFCOORD_SECRET_FILE")}
     cli = [sys.executable, "-m", "tfcoord", "stop", cluster.job]
