@@ -127,11 +127,27 @@ import time
 def main_fun(argv, ctx):
     time.sleep(600)  # until the job is stopped
 """
+#: The same, written for spark-submit: its SparkContext installs pyspark's SIGINT handler.
+WAIT_FOR_STOP_OWN_MAIN = (
+    WAIT_FOR_STOP
+    + """
+
+if __name__ == "__main__":
+    import sys
+
+    from pyspark import SparkConf, SparkContext
+
+    from tfcoord.driver.spark import run
+
+    run(SparkContext(conf=SparkConf()), main_fun, sys.argv[1:], 2, 0).shutdown()
+"""
+)
 
 
-def test_ctrl_c_under_the_spark_engine_stops_the_job_and_exits_130(master, tmp_path):
+@pytest.mark.parametrize("script", [WAIT_FOR_STOP, WAIT_FOR_STOP_OWN_MAIN], ids=["main_fun", "own_main"])
+def test_ctrl_c_under_the_spark_engine_stops_the_job_and_exits_130(master, tmp_path, script):
     served = Served(tmp_path)
-    (tmp_path / "wait.py").write_text(WAIT_FOR_STOP)
+    (tmp_path / "wait.py").write_text(script)
     proc = subprocess.Popen(
         [
             *TFCOORD,
@@ -155,7 +171,9 @@ def test_ctrl_c_under_the_spark_engine_stops_the_job_and_exits_130(master, tmp_p
     )
     out, err = Lines(proc.stdout), Lines(proc.stderr)  # type: ignore[arg-type]
     try:
-        job = re.search(r"job (\S+) RUNNING: ", err.wait_for(r"job \S+ RUNNING: ", 300)).group(1)  # type: ignore[union-attr]
+        job = re.search(
+            r"job (\S+) (READY|RUNNING): ", err.wait_for(r"job \S+ (READY|RUNNING): ", 300)
+        ).group(1)  # type: ignore[union-attr]
         proc.send_signal(signal.SIGINT)  # as Ctrl-C does
         code = proc.wait(timeout=120)
     finally:

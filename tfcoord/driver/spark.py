@@ -392,6 +392,7 @@ def run(
         link.close()
         raise
     cluster.queues = tuple(queues)
+    cluster._restore_sigint = _plain_interrupts()
     _Started.count += 1
     _Started.last = cluster
     try:
@@ -449,6 +450,29 @@ def _node_resources(given: Mapping[str, resources.Resources]) -> dict[str, dict[
     return {role: {"cpus": r.cpus, "gpus": r.gpus, "memory_mb": r.memory_mb} for role, r in given.items()}
 
 
+def _plain_interrupts() -> Callable[[], None]:
+    """While a cluster runs, Ctrl-C is Python's plain KeyboardInterrupt; returns what puts
+    pyspark's handler back.
+
+    pyspark's SIGINT handler (installed by ``SparkContext()`` in the main thread) cancels every
+    Spark job before raising: that kills the nodes' tasks before they can hear the stop, and
+    the job ends FAILED with its nodes lost. Without it the cluster stops the job first
+    (``SparkCluster._interrupt``: nodes told, bounded wait) and cancels what is left after.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # signal handlers belong to the main thread
+    current = signal.getsignal(signal.SIGINT)
+    if not (getattr(current, "__module__", None) or "").startswith("pyspark"):
+        return lambda: None  # the program's own handler, or Python's: left alone
+
+    def restore() -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, current)
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return restore
+
+
 class SparkCluster:
     """A running TensorFlow cluster on Spark (TensorFlowOnSpark's ``TFCluster``)."""
 
@@ -487,6 +511,8 @@ class SparkCluster:
         self._aborted = False  # _abort ran: nodes stopped, coordinator closed
         #: The nodes' output followed onto stderr (unless quiet), until the cluster is done.
         self.output: NodeOutput | None = None
+        #: Puts back the SIGINT handler the cluster replaced (see :func:`_plain_interrupts`).
+        self._restore_sigint: Callable[[], None] = lambda: None
 
     @property
     def cluster_info(self) -> list[dict[str, Any]]:
@@ -834,6 +860,7 @@ class SparkCluster:
             self.output.stop()  # the nodes' last lines, while the coordinator still answers
         self.driver.close()
         self.link.close()
+        self._restore_sigint()
 
     # -- InputMode.SPARK -----------------------------------------------------------------
 
@@ -1298,11 +1325,6 @@ def submit_script(
             sc_conf.set(key, value)
         sc = SparkContext.getOrCreate(sc_conf)
         sc.setLogLevel("ERROR")
-        # pyspark's own Ctrl-C handler cancels every Spark job first, which kills the nodes
-        # before they hear the stop (the job would end FAILED, its nodes lost); Python's
-        # plain KeyboardInterrupt lets the cluster stop them (SparkCluster._interrupt).
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.default_int_handler)
         emit(f"Spark application {sc.applicationId} on {master}")
         cluster = run(
             sc,
