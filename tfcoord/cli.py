@@ -1200,9 +1200,29 @@ def _role_resources(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--role-resources {e}") from None
 
 
+def _check_engine_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag of another engine than ``--engine``'s: it would be accepted and ignored."""
+    given = {
+        engine: [a.option_strings[0] for a in actions if getattr(args, a.dest) != a.default]
+        for engine, actions in args.engine_only.items()
+        if engine != args.engine
+    }
+    if args.engine == "spark" and args.workers != 1:
+        given.setdefault("local and mesos", []).append("--workers")
+    for engine, flags in given.items():
+        if flags:
+            raise UsageError(
+                f"{', '.join(flags)}: for --engine {engine} only, and this job runs on --engine "
+                f"{args.engine}, which would ignore {'it' if len(flags) == 1 else 'them'}: drop "
+                f"{'it' if len(flags) == 1 else 'them'}, or pass the engine"
+                + (" (under Spark the cluster's size is --num-executors)" if "--workers" in flags else "")
+            )
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from tfcoord.driver.local import run_local
 
+    _check_engine_flags(args)
     if args.no_wait and (args.engine != "mesos" or not (args.address or os.environ.get(ADDRESS_ENV))):
         where = (
             "its nodes are processes of this command"
@@ -1755,6 +1775,8 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     mesos.add_argument(
         "--advertise-host", help="address Mesos tasks dial back to (default: this host's name, resolved)"
     )
+    # What one engine alone reads: another engine would ignore it, so it is refused there.
+    sp.set_defaults(engine_only={"spark": tuple(spark._group_actions), "mesos": tuple(mesos._group_actions)})
     sp.add_argument(
         "--plaintext",
         action="store_true",
