@@ -15,14 +15,24 @@ from typing import Any
 
 import pytest
 
+from tfcoord.client import JobFailed
 from tfcoord.driver import spark as tfs
 
 from . import mapfuns
-from .mapfuns import args_for
+from .mapfuns import alive, args_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 SPARK = tfs.InputMode.SPARK
+
+
+def _ends(pid: int, within_s: float = 30.0) -> None:
+    """Wait until process ``pid`` (a node's supervisor, in the background of its executor) has
+    ended; well under its 120 s afterlife."""
+    deadline = time.monotonic() + within_s
+    while alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} still runs {within_s:g} s later"
+        time.sleep(0.1)
 
 
 def _failed_tasks(sc: Any, group: str) -> int:
@@ -65,7 +75,9 @@ def test_terminate_then_return_ends_an_inference_with_the_results_it_gave(sc, tm
     t0 = time.monotonic()
     results = cluster.inference(sc.parallelize(range(10_000), 20), feed_timeout=60).collect()
     took = time.monotonic() - t0
+    (node,) = cluster.driver.status(cluster.job).nodes
     status = cluster.shutdown(grace_secs=30)
+    _ends(int(node.meta["pid"]))  # shutdown() ended its port's afterlife
     assert status["state"] == "SUCCEEDED", status["error"] or status["stop_reason"]
     answered = json.loads((tmp_path / "0.json").read_text())["records"]
     assert 100 <= len(answered) < 10_000
@@ -86,8 +98,11 @@ def test_a_map_fun_error_while_fed_reaches_the_feeding_tasks_and_the_action(sc, 
     assert "FAKE exception during feeding" in text and "map_fun on worker:0" in text, text[-3000:]
     assert "cannot reach the feed port" not in text
     assert _failed_tasks(sc, "raise-inference") >= 2  # the retry was told the same error
-    status = cluster.driver.await_job(cluster.job, 30, raise_on_failure=False)
-    assert status["state"] == "FAILED" and "FAKE exception during feeding" in status["error"]
+    (node,) = cluster.driver.status(cluster.job).nodes
+    with pytest.raises(JobFailed, match="FAKE exception during feeding"):
+        cluster.shutdown()
+    # The node's port answered late feeders until shutdown() said no more would come.
+    _ends(int(node.meta["pid"]))
 
 
 def test_a_peers_error_reaches_the_feeding_tasks_of_the_nodes_it_stopped(sc, tmp_path):

@@ -879,7 +879,7 @@ class SparkCluster:
                 "cluster.train() and cluster.inference() need run(..., input_mode=InputMode.SPARK)"
             )
         st = self.driver.status(self.job)
-        if st.state == JobState.FAILED:
+        if feeding and st.state == JobState.FAILED:
             raise self._failure(st)
         targets = tuple(
             FeedTarget(
