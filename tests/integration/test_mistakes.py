@@ -90,7 +90,14 @@ MISTAKES = [
     Mistake(("status", "no-such-job"), FAILED, ("no job 'no-such-job'", "tfcoord status")),
     Mistake(("status", "--address", f"127.0.0.1:{CLOSED}"), UNREACHABLE, ("refused", "tfcoord serve")),
     Mistake(("status", "--address", "no-such-host.invalid:7070"), UNREACHABLE, ("does not resolve",)),
-    Mistake(("status",), USAGE, ("no coordinator address", "--address"), (("TFCOORD_ADDRESS", None),)),
+    # In a runtime directory of its own: the session's holds the run records of other tests'
+    # ended drivers, which `tfcoord status` would list instead.
+    Mistake(
+        ("status",),
+        USAGE,
+        ("no coordinator address", "--address"),
+        (("TFCOORD_ADDRESS", None), ("TFCOORD_RUNTIME_DIR", "empty-run")),
+    ),
     Mistake(
         ("status",),
         USAGE,
@@ -188,6 +195,7 @@ MISTAKES = [
 def test_every_user_mistake_is_one_line_with_a_specific_exit_code(served, tmp_path):
     (tmp_path / SCRIPT).write_text("def main_fun(argv, ctx):\n    pass\n")
     (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "empty-run").mkdir(mode=0o700)
     auth.write_secret(tmp_path / "wrong-secret")  # a key, but not the coordinator's
     for mistake in MISTAKES:
         env = dict(served.env)
