@@ -265,6 +265,7 @@ def test_cluster_config_keeps_tfmesos2s_defaults_and_the_environment_wins_over_t
     none = dict.fromkeys(
         (
             "master",
+            "image",
             "verify_ssl",
             "ca_file",
             "python",
