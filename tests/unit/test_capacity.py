@@ -8,6 +8,7 @@ from tfcoord.driver.capacity import (
     Slots,
     check_application,
     configured_slots,
+    executors_asked,
     jvm_size_mib,
     local_standalone_size,
 )
@@ -76,3 +77,9 @@ def test_local_standalone_is_sized_to_the_job_or_refused_with_the_machines_numbe
         local_standalone_size(3, 1, "1g", 2, 8000)
     with pytest.raises(ValueError, match="2 executors x 5g need 10240 MiB, this machine has 8000 MiB"):
         local_standalone_size(2, 1, "5g", 2, 8000)
+
+
+def test_the_executors_a_standalone_application_asks_for() -> None:
+    assert executors_asked("4", "2") == 2 and executors_asked("3", "1") == 3
+    with pytest.raises(ValueError, match="must be whole numbers > 0, not 'two' and '1'"):
+        executors_asked("two", "1")

@@ -101,6 +101,24 @@ def jvm_size_mib(value: str) -> int:
     return max(1, int(int(m.group(1)) * _MIB[m.group(2).lower()]))
 
 
+def executors_asked(cores_max: str, executor_cores: str) -> int:
+    """The executors ``spark.cores.max`` and ``spark.executor.cores`` ask a standalone master for.
+
+    Raises:
+        ValueError: either is not a whole number > 0.
+    """
+    try:
+        total, each = int(cores_max), int(executor_cores)
+    except ValueError:
+        total = each = 0
+    if total < 1 or each < 1:
+        raise ValueError(
+            f"spark.cores.max and spark.executor.cores must be whole numbers > 0, not {cores_max!r} "
+            f"and {executor_cores!r}"
+        )
+    return max(1, total // each)
+
+
 def local_standalone_size(
     executors: int, executor_cores: int, executor_memory: str, machine_cores: int, machine_mib: int
 ) -> tuple[int, int]:

@@ -1278,12 +1278,15 @@ def submit_script(
         resources.check_spark(role_resources, where, pyspark.__version__, settings)
     local = None
     if master == "local-standalone":
+        # Sized by what the application will ask for: the flags, or --conf over them.
+        each_cores, each_memory = settings["spark.executor.cores"], settings["spark.executor.memory"]
+        executors = capacity.executors_asked(settings["spark.cores.max"], each_cores)
         cores, mib = capacity.local_standalone_size(
-            num_executors, executor_cores, executor_memory, machine_cores(), machine_mib()
+            executors, int(each_cores), each_memory, machine_cores(), machine_mib()
         )
         emit(
-            f"starting a local Spark standalone cluster ({num_executors} executors x {executor_cores} "
-            f"core(s), {executor_memory} each)"
+            f"starting a local Spark standalone cluster ({executors} executors x {each_cores} "
+            f"core(s), {each_memory} each)"
         )
         local = LocalSparkCluster(cores=cores, memory_mb=mib).start()
         os.environ.update(LocalSparkCluster.env())
