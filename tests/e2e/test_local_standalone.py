@@ -60,7 +60,7 @@ def test_more_executor_memory_than_the_machine_has_is_refused_with_the_numbers(t
     out, took = _submit(tmp_path, "--num-executors", "1", "--executor-memory", f"{gib}g")
     assert out.returncode == 2, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
-    assert f"1 executors x {gib}g need {gib * 1024} MiB, this machine has {machine_mib()} MiB" in last
+    assert f"1 executor x {gib}g need {gib * 1024} MiB, this machine has {machine_mib()} MiB" in last
     assert "--executor-memory" in last and "Traceback" not in out.stderr
     assert took < REFUSED_WITHIN_S
 
@@ -71,5 +71,5 @@ def test_conf_over_the_flags_sizes_it_too(tmp_path):
     gib = machine_mib() // 1024 + 1
     out, took = _submit(tmp_path, "--num-executors", "1", "--conf", f"spark.executor.memory={gib}g")
     assert out.returncode == 2, out.stderr[-2000:]
-    assert f"1 executors x {gib}g need {gib * 1024} MiB" in out.stderr.strip().splitlines()[-1]
+    assert f"1 executor x {gib}g need {gib * 1024} MiB" in out.stderr.strip().splitlines()[-1]
     assert took < REFUSED_WITHIN_S

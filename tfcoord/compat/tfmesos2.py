@@ -470,7 +470,9 @@ def cluster(
     Left unset, ``containerizer_type``, ``force_pull_image``, ``gpu_vendor``, ``volumes``,
     ``env`` and ``fetcher`` come from the ``TFCOORD_MESOS_*`` variables, else these
     defaults. tfcoord adds ``master`` (overrides MESOS_MASTER), ``image`` (overrides
-    DOCKER_IMAGE), ``python`` (the tasks' interpreter), ``ca_file`` (the masters' CA) and
+    DOCKER_IMAGE), ``python`` (the tasks' interpreter; without it and without an image
+    named, tasks get this process's ``sys.path`` as ``PYTHONPATH``, as in tfmesos2, unless
+    ``env`` sets one), ``ca_file`` (the masters' CA) and
     ``command`` (run it in every task with TF_CONFIG set instead of serving). The
     coordinator it embeds serves TLS with a CA of its own, which the tasks pin (tfmesos2's
     is plaintext); ``plaintext=True`` opts out, logged as a warning.

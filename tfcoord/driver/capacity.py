@@ -38,8 +38,12 @@ def _cores(n: int) -> str:
     return f"{n} core" + ("" if n == 1 else "s")
 
 
+def _executors(n: int) -> str:
+    return f"{n} executor" + ("" if n == 1 else "s")
+
+
 def _shape(executors: int | None, cores: int | None, settings: list[str]) -> str:
-    head = f"{executors} executors x {_cores(cores)} " if executors is not None and cores else ""
+    head = f"{_executors(executors)} x {_cores(cores)} " if executors is not None and cores else ""
     return f"{head}({', '.join(settings)})"
 
 
@@ -133,13 +137,13 @@ def local_standalone_size(
     mib = executors * jvm_size_mib(executor_memory)
     if cores > machine_cores:
         raise ValueError(
-            f"--master local-standalone: {executors} executors x {_cores(executor_cores)} need "
+            f"--master local-standalone: {_executors(executors)} x {_cores(executor_cores)} need "
             f"{cores} cores, this machine has {machine_cores}: lower --num-executors or "
             "--executor-cores, or name a cluster with --master spark://HOST:7077"
         )
     if mib > machine_mib:
         raise ValueError(
-            f"--master local-standalone: {executors} executors x {executor_memory} need {mib} MiB, "
+            f"--master local-standalone: {_executors(executors)} x {executor_memory} need {mib} MiB, "
             f"this machine has {machine_mib} MiB: lower --executor-memory or --num-executors, or "
             "name a cluster with --master spark://HOST:7077"
         )
