@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tests.unit.statekit import (
     DRIVER,
     T0,
@@ -94,3 +96,30 @@ def test_a_job_that_stops_before_its_cluster_formed_refuses_its_cluster_waits() 
     sm(wait)
     effects = sm(stop())
     assert refusal(wait, effects).code == ErrorCode.JOB_STOPPING
+
+
+def test_a_node_connection_s_waits_are_indexed_without_a_set_and_leave_with_it() -> None:
+    sm = Machine()
+    sm(submit())
+    sm(register(0))
+    stop_wait, cluster_wait = await_stop(0), await_cluster(0)
+    sm.run(stop_wait, cluster_wait)
+    conn = stop_wait.conn
+    assert sorted(sm.state.waits.by_conn[conn]) == sorted([stop_wait.waiter, cluster_wait.waiter])
+    assert sm.state.waits.of_node("j", WaitKind.STOP, 0) == [stop_wait.waiter]
+    assert sm(s.Disconnected(now=T0, conn=conn)) == []
+    assert conn not in sm.state.waits.by_conn and len(sm.state.waits.by_node) == 0
+    assert conn not in sm.state.ledger.nodes_by_conn
+
+
+def test_a_request_id_reused_while_its_wait_is_pending_replaces_that_wait() -> None:
+    sm = Machine()
+    sm.start()
+    first = await_stop(0, timeout_s=100.0)
+    again = s.AwaitStopEvent(
+        now=T0, req=dataclasses.replace(first.req, timeout_s=10.0), conn=first.conn, waiter=first.waiter
+    )
+    sm.run(first, again)  # the Machine checks every index after each event
+    assert sm.state.waits.by_conn[first.conn] == [first.waiter]
+    assert sm(tick(T0 + 10)) == [reply(first, stop=False, reason="", job_state="RUNNING")]
+    assert sm.state.waits.pending == {} and sm.state.waits.by_conn == {}

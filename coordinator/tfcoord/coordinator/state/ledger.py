@@ -19,6 +19,7 @@ from tfcoord.client.vocab import TERMINAL_NODE, ErrorCode, FailureReason, JobSta
 
 from .events import Effect, Event, Journal, Log, Send, Viewer, Waiter
 from .jobs import MAX_ATTEMPTS_PER_SLOT, MAX_HISTORY_PER_SLOT, Job, Node, Slot
+from .oneorset import OneOrSet
 from .timers import TimerKind, Timers
 from .transitions import NODE_TRANSITIONS, next_state
 
@@ -53,8 +54,9 @@ class Ledger:
         self.effects: list[Effect] = []
         self.timers = Timers()
         #: Per connection, the (job, executor id) of the nodes it speaks for, so a
-        #: disconnect touches only what that connection held.
-        self.nodes_by_conn: dict[int, set[tuple[str, int]]] = {}
+        #: disconnect touches only what that connection held. Nearly every connection
+        #: speaks for one node: no set per connection (see :mod:`.oneorset`).
+        self.nodes_by_conn: OneOrSet[int, tuple[str, int]] = OneOrSet()
         #: GPU claim -> executor id, for live nodes: two nodes of one job on one host must
         #: never drive the same GPU. Per job, because GPU ids are what nodes say of
         #: themselves: a claim of one job must never refuse (or name) another job's nodes.
@@ -224,7 +226,7 @@ class Ledger:
         """Note that ``node`` now speaks through connection ``conn`` (it is connected)."""
         if conn is not None:
             node.conn, node.disconnected_at = conn, None
-            self.nodes_by_conn.setdefault(conn, set()).add((job.id, node.executor_id))
+            self.nodes_by_conn.add(conn, (job.id, node.executor_id))
 
     def arm_node(self, job: Job, node: Node) -> float:
         """(Re)arm the liveness deadline of a live node, keeping one authoritative entry.

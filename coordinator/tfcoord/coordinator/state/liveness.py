@@ -76,7 +76,7 @@ class Liveness:
     @handles(Disconnected)
     def disconnected(self, ev: Disconnected) -> None:
         self.waits.drop_conn(ev.conn)
-        for job_id, executor_id in self.ledger.nodes_by_conn.pop(ev.conn, ()):
+        for job_id, executor_id in self.ledger.nodes_by_conn.pop(ev.conn):
             job = self.ledger.jobs.get(job_id)
             if job is None:  # forgotten since
                 continue

@@ -5,7 +5,9 @@ stop; a driver's ``await_job`` waits for its job to end, its ``watch_job`` for t
 change. Each pending request is a :class:`Wait` under its waiter, indexed by job and kind,
 by node, and by connection, so waking one kind never scans the others (a 10,000-node job
 has 10,000 cluster waits while its nodes register), and a disconnect or a superseded node
-touches only its own waits. Each wait has a deadline in the timer heap; when it passes the
+touches only its own waits. Both of those indexes hold one or two waits per key nearly
+always, so neither keeps a set per key (see :mod:`.oneorset`; a connection's waits are
+a list, as the server caps them at 64 per connection). Each wait has a deadline in the timer heap; when it passes the
 wait gets its kind's answer (a stop wait: "not yet"; a watch: the status as it is) or a
 timeout error.
 """
@@ -21,6 +23,7 @@ from tfcoord.client.vocab import ErrorCode, NodeState, WaitKind
 from .events import AwaitJobEvent, AwaitStopEvent, Waiter, handles
 from .jobs import Job, Node, stop_answer
 from .ledger import Ledger
+from .oneorset import OneOrSet
 from .timers import TimerKey, TimerKind
 from .views import brief, missing_lines, status
 
@@ -50,20 +53,26 @@ class Waits:
         self.pending: dict[Waiter, Wait] = {}
         #: job -> wait kind -> waiters.
         self.by_job: dict[str, dict[WaitKind, set[Waiter]]] = {}
-        #: (job, kind, executor id) -> waiters of one node.
-        self.by_node: dict[tuple[str, WaitKind, int], set[Waiter]] = {}
-        #: connection -> its waiters.
-        self.by_conn: dict[int, set[Waiter]] = {}
+        #: (job, kind, executor id) -> waiters of one node (nearly always one).
+        self.by_node: OneOrSet[tuple[str, WaitKind, int], Waiter] = OneOrSet()
+        #: connection -> its waiters: a list, not a set (a node's connection holds two
+        #: during its rendezvous, and an empty set alone is 216 bytes), which the server's
+        #: MAX_PENDING_PER_CONNECTION (64) keeps short enough to search.
+        self.by_conn: dict[int, list[Waiter]] = {}
         ledger.timers.on(TimerKind.WAIT, self._deadline, self._armed)
 
     # -- the index ------------------------------------------------------------------------
 
     def add(self, waiter: Waiter, wait: Wait) -> None:
+        if waiter in self.pending:
+            # A request id reused while its wait is pending: the new wait replaces the old
+            # one in every index (the connection's list would otherwise hold it twice).
+            self.pop(waiter)
         self.pending[waiter] = wait
         self.by_job.setdefault(wait.job, {}).setdefault(wait.kind, set()).add(waiter)
-        self.by_conn.setdefault(waiter[0], set()).add(waiter)
+        self.by_conn.setdefault(waiter[0], []).append(waiter)
         if wait.executor_id >= 0:
-            self.by_node.setdefault((wait.job, wait.kind, wait.executor_id), set()).add(waiter)
+            self.by_node.add((wait.job, wait.kind, wait.executor_id), waiter)
         self.ledger.timers.push(wait.deadline, (TimerKind.WAIT, waiter))
 
     def pop(self, waiter: Waiter) -> Wait | None:
@@ -71,15 +80,9 @@ class Waits:
         wait = self.pending.pop(waiter, None)
         if wait is not None:
             self.ledger.timers.dropped()
-            conn_waits = self.by_conn.get(waiter[0])
-            if conn_waits is not None:
-                conn_waits.discard(waiter)
+            self._unlist(waiter)
             if wait.executor_id >= 0:
-                key = (wait.job, wait.kind, wait.executor_id)
-                mine = self.by_node[key]
-                mine.discard(waiter)
-                if not mine:
-                    del self.by_node[key]
+                self.by_node.discard((wait.job, wait.kind, wait.executor_id), waiter)
             kinds = self.by_job[wait.job]
             kinds[wait.kind].discard(waiter)
             if not kinds[wait.kind]:
@@ -88,11 +91,19 @@ class Waits:
                     del self.by_job[wait.job]
         return wait
 
+    def _unlist(self, waiter: Waiter) -> None:
+        """Take ``waiter`` off its connection's list (dropped with its last wait)."""
+        conn_waits = self.by_conn.get(waiter[0])
+        if conn_waits is not None:
+            conn_waits.remove(waiter)
+            if not conn_waits:
+                del self.by_conn[waiter[0]]
+
     def of_job(self, job_id: str, kind: WaitKind) -> list[Waiter]:
         return list(self.by_job.get(job_id, {}).get(kind, ()))
 
     def of_node(self, job_id: str, kind: WaitKind, executor_id: int) -> list[Waiter]:
-        return list(self.by_node.get((job_id, kind, executor_id), ()))
+        return list(self.by_node.get((job_id, kind, executor_id)))
 
     def drop_conn(self, conn: int) -> None:
         """Forget the waits of a closed connection (nobody is left to answer)."""
@@ -111,7 +122,7 @@ class Waits:
         Their timer entries go stale: the caller counts them (``Timers.dropped``) once per
         chunk, not per wait.
         """
-        mine = self.by_node.pop((job_id, K.CLUSTER, executor_id), None)
+        mine = self.by_node.pop((job_id, K.CLUSTER, executor_id))
         if not mine:
             return []
         kinds = self.by_job[job_id]
@@ -120,9 +131,7 @@ class Waits:
         for w in mine:
             taken.append((w, self.pending.pop(w)))
             cluster.discard(w)
-            conn_waits = self.by_conn.get(w[0])
-            if conn_waits is not None:
-                conn_waits.discard(w)
+            self._unlist(w)
         if not cluster:
             del kinds[K.CLUSTER]
             if not kinds:
@@ -279,10 +288,12 @@ class Waits:
                 assert going is not None and wait.executor_id >= going, (w, going)
             assert w in self.by_job.get(wait.job, {}).get(wait.kind, ()), w
             if wait.executor_id >= 0:
-                assert w in self.by_node[(wait.job, wait.kind, wait.executor_id)], w
-        assert sum(len(ws) for ws in self.by_node.values()) == sum(
-            1 for wait in self.pending.values() if wait.executor_id >= 0
-        ), "per-node wait index out of step"
+                assert w in self.by_node.get((wait.job, wait.kind, wait.executor_id)), w
+            assert w in self.by_conn.get(w[0], ()), w
+        assert self.by_node.count() == sum(1 for wait in self.pending.values() if wait.executor_id >= 0), (
+            "per-node wait index out of step"
+        )
+        assert sum(len(ws) for ws in self.by_conn.values()) == len(self.pending), "per-connection index"
         for job_id, kinds in self.by_job.items():
             for kind, ws in kinds.items():
                 assert ws and all(self.pending[w].kind == kind for w in ws), (job_id, kind)
