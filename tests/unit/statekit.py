@@ -70,6 +70,10 @@ class Machine:
         assert node is not None
         return node
 
+    def credential(self, eid: int, job: str = "j") -> str:
+        """The credential node ``eid`` holds now (its registration's answer carries it)."""
+        return self.state.ledger.credential_of(self.job(job), self.node(eid, job))
+
     def form(self, spec: m.JobSpec = TWO_WORKERS, job: str = "j", now: float = T0) -> None:
         """Submit ``job`` and register every slot: it is READY, every node READY."""
         self.run(submit(job, spec, now=now), *(register(e, job, now=now) for e in range(spec.size)))

@@ -248,7 +248,7 @@ class Harness:
         # As a NodeClient does: every request carries the credential its registration returned.
         held = self.state.jobs[job].node(eid) if job in self.state.jobs else None
         if held is not None and held.attempt == attempt:
-            fields.setdefault("credential", held.credential)
+            fields.setdefault("credential", self.state.ledger.credential_of(self.state.jobs[job], held))
         return self._call(
             conn,
             lambda w: event(

@@ -29,6 +29,13 @@ def _req(cls: type, eid: int = 1, credential: str = "", **kw: object) -> m.Messa
 _ids = iter(range(10_000, 20_000))
 
 
+def _credential(state: s.CoordinatorState, eid: int, job: str = "j") -> str:
+    """The credential node ``eid`` of ``job`` holds now (derived, as the coordinator does)."""
+    node = state.jobs[job].node(eid)
+    assert node is not None
+    return state.ledger.credential_of(state.jobs[job], node)
+
+
 def running() -> Machine:
     sm = Machine()
     sm.start()
@@ -75,8 +82,8 @@ def test_a_copied_registration_does_not_take_the_slot_or_its_credential() -> Non
 def test_the_node_itself_reconnected_goes_on_with_its_credential_and_a_new_one_each_generation() -> None:
     sm = Machine()
     sm.start(m.JobSpec(roles=(("worker", 2),), max_restarts=1))
-    credential = sm.node(1).credential
-    assert len(credential) == 64 and credential != sm.node(0).credential
+    credential = _credential(sm.state, 1)
+    assert len(credential) == 64 and credential != _credential(sm.state, 0)
     sm(s.Disconnected(now=T0 + 1, conn=node_conn(1)))
     back = _as(77, _req(m.Heartbeat, credential=credential), s.HeartbeatNode)
     assert result(back, sm(back))["stop"] is False
@@ -106,9 +113,9 @@ def test_a_replayed_journal_gives_every_node_its_credential_again() -> None:
     for ev in sm.journal:
         replayed.handle(ev)
     replayed.handle(s.Recovered(now=T0 + 5))
-    assert [n.credential for n in replayed.jobs["j"].nodes()] == [n.credential for n in sm.job().nodes()]
+    assert [_credential(replayed, e) for e in (0, 1)] == [_credential(sm.state, e) for e in (0, 1)]
     keyed = s.CoordinatorState()
     keyed.set_credential_key(b"k" * 32)  # another coordinator secret: other credentials
     for ev in sm.journal:
         keyed.handle(ev)
-    assert keyed.jobs["j"].node(1).credential != sm.node(1).credential  # type: ignore[union-attr]
+    assert _credential(keyed, 1) != _credential(sm.state, 1)

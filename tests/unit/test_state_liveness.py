@@ -58,7 +58,7 @@ def test_a_closed_connection_gets_a_short_grace_and_a_reconnect_keeps_the_node()
     sm(s.Disconnected(now=T0 + 1, conn=node_conn(0)))
     assert sm.state.next_deadline() == T0 + 1 + GRACE
     # Back, on a new connection of the same node, proving it with its credential.
-    sm(heartbeat(0, credential=sm.node(0).credential, now=T0 + 2))
+    sm(heartbeat(0, credential=sm.credential(0), now=T0 + 2))
     assert sm(tick(T0 + 1 + GRACE)) == []
     sm(s.Disconnected(now=T0 + 5, conn=node_conn(1)))
     effects = sm(tick(T0 + 5 + GRACE))

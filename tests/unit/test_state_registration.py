@@ -36,7 +36,7 @@ def registered(ev: s.RegisterNode, state: str, sm: Machine, index: int | None = 
         generation=0,
         restarts=0,
         max_restarts=0,
-        credential=sm.node(ev.req.executor_id).credential,
+        credential=sm.credential(ev.req.executor_id),
     )
 
 

@@ -55,11 +55,10 @@ class Node:
     timer: float | None = None
     #: The cluster generation this node belongs to (see ``Job.generation``).
     generation: int = 0
-    #: How its work ended, as it reported (negative: the signal that ended it).
+    #: How its work ended, as it reported (negative: the signal that ended it). What the
+    #: node proves itself with from another connection is not kept: it is derived from
+    #: the node's identity (see ``Ledger.credential_of``), 113 bytes a node saved.
     exit_code: int = 0
-    #: What this node proves itself with when it speaks from another connection than its
-    #: registration's (see ``Ledger.credential``): hex, never shown.
-    credential: str = ""
 
     @property
     def live(self) -> bool:

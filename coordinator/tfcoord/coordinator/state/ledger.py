@@ -193,6 +193,11 @@ class Ledger:
         msg = f"{job.id}\0{executor_id}\0{attempt}\0{generation}".encode()
         return hmac.new(self.credential_key, msg, hashlib.sha256).hexdigest()
 
+    def credential_of(self, job: Job, node: Node) -> str:
+        """What ``node`` proves itself with when it speaks from another connection than its
+        registration's: hex, never shown."""
+        return self.credential(job, node.executor_id, node.attempt, node.generation)
+
     def holder(self, job: Job, node: Node, conn: int | None, credential: str, waiter: Waiter | None) -> bool:
         """Does this message come from ``node`` itself: from the connection it is bound to, or
         with its credential (after a reconnect)? Else it is refused, counted and noted: another
@@ -201,7 +206,7 @@ class Ledger:
         if (
             conn is None
             or conn == node.conn
-            or (credential and hmac.compare_digest(credential, node.credential))
+            or (credential and hmac.compare_digest(credential, self.credential_of(job, node)))
         ):
             return True
         self.not_holder += 1

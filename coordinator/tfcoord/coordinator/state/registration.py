@@ -38,8 +38,8 @@ COMPLETE_PER_EVENT = 256
 Refusal = tuple[ErrorCode, str]
 
 
-def registration(job: Job, node: Node) -> Registered:
-    """The answer to a registration: the slot the node holds."""
+def registration(job: Job, node: Node, credential: str) -> Registered:
+    """The answer to a registration: the slot the node holds, and its ``credential``."""
     return Registered(
         job=job.id,
         role=node.role,
@@ -50,7 +50,7 @@ def registration(job: Job, node: Node) -> Registered:
         generation=node.generation,
         restarts=len(job.restarts),
         max_restarts=job.spec.max_restarts,
-        credential=node.credential,
+        credential=credential,
     )
 
 
@@ -198,7 +198,7 @@ class Registration:
         if job.filled == len(job.slots):
             self.cluster_complete(job, ev.now)
         self.waits.wake_watchers(job)
-        ledger.reply(ev.waiter, registration(job, node))
+        ledger.reply(ev.waiter, registration(job, node, ledger.credential_of(job, node)))
 
     def _settled_by_holder(self, job: Job, cur: Node, ev: RegisterNode) -> bool | None:
         """Deal with a registration for a slot ``cur`` holds, unless a newer attempt may take
@@ -217,7 +217,7 @@ class Registration:
                 self.ledger.bind(job, cur, ev.conn)
                 cur.last_seen = ev.now
                 self.ledger.arm_node(job, cur)
-            self.ledger.reply(ev.waiter, registration(job, cur))
+            self.ledger.reply(ev.waiter, registration(job, cur, self.ledger.credential_of(job, cur)))
             return True
         refused = _against_holder(job, cur, r, ev.now)
         if refused is not None:
@@ -275,7 +275,6 @@ class Registration:
             registered_at=ev.now,
             last_seen=ev.now,
             generation=job.generation,
-            credential=ledger.credential(job, r.executor_id, r.attempt, job.generation),
         )
         ledger.bind(job, node, ev.conn)
         if slot.node is None:
