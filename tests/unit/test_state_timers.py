@@ -79,3 +79,14 @@ def test_a_compaction_inside_a_tick_keeps_the_tick_going() -> None:
     timers.tick(Tick(now=float(3 * STALE_TIMER_SLACK)))
     assert fired == [0, *range(2 * STALE_TIMER_SLACK, 3 * STALE_TIMER_SLACK)]
     assert len(timers) == 0
+
+
+def test_a_key_is_flattened_into_its_entry_and_handed_back_whole() -> None:
+    timers = Timers()
+    fired = recorder(timers, TimerKind.NODE)
+    timers.push(1.0, (TimerKind.NODE, "j", 3, 1))
+    # No key tuple of its own per entry (memory per node): when, seq, then the key's parts.
+    when, _, *parts = timers.heap[0]
+    assert (when, parts) == (1.0, [TimerKind.NODE, "j", 3, 1])
+    timers.tick(Tick(now=2.0))
+    assert fired == [(1.0, (TimerKind.NODE, "j", 3, 1), 2.0)]
