@@ -124,6 +124,29 @@ def test_a_connection_with_a_pending_wait_is_not_idle(coord):
     assert [r.code for r in raw.until_closed()] == ["idle_timeout"]  # type: ignore[attr-defined]
 
 
+def test_a_connection_with_a_pending_wait_holds_no_watchdog_timer():
+    # Memory per node (issue 28): a node keeps an await_stop pending for its whole run, and
+    # its watchdog has no deadline left to judge once it is authenticated with a request
+    # pending; its timer used to stay until the handshake's deadline (60 s here).
+    c = EmbeddedCoordinator(plaintext=True, handshake_timeout_s=60.0)
+    c.start()
+    try:
+        with DriverClient(c.address, c.secret) as d:
+            job = d.submit(JobSpec(roles=make_roles(1)))
+        raw = Raw(c.port).login(c.admin_secret, "admin")
+        raw.send(m.AwaitJob(id=7, job=job, timeout_s=60.0))
+
+        def waiting() -> list[bool]:
+            return [p._watchdog is None for p in c.server.peers.values() if p.role == "admin" and p.pending]
+
+        wait_until(lambda: bool(c.call(waiting)), what="the admin's wait pending")
+        assert c.call(waiting) == [True]
+        c.call(c.server.state.validate)
+        raw.close()
+    finally:
+        c.stop()
+
+
 def test_a_blocking_client_reconnects_after_an_idle_close(coord):
     with DriverClient(coord.address, coord.secret) as d:
         wait_until(lambda: d.reconnects >= 1, what="the idle close and a reconnect")

@@ -26,6 +26,7 @@ import logging
 import os
 import socket
 import ssl
+import sys
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -343,7 +344,9 @@ class _Peer(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peername = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.source = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        # Interned: the connections from one host (a node's executors, its drivers) share
+        # one string, not one each (memory per node; interned strings go with their last user).
+        self.source = sys.intern(str(peer[0]) if isinstance(peer, tuple) else str(peer))
         srv = self.server
         cfg = srv.config
         if srv.unauthenticated >= cfg.max_unauthenticated:
@@ -455,6 +458,13 @@ class _Peer(asyncio.Protocol):
             return
         if not self.proto.buffered:
             self._frame_started = None
+            if self.role is not None and self.pending and self._watchdog is not None:
+                # No deadline the watchdog judges applies now (authenticated, no partial
+                # frame, requests pending: the idle clock starts once they are answered):
+                # cancel its timer rather than leave it to the handshake's deadline, a
+                # timer handle per connection (about 180 bytes a node) held that long.
+                self._watchdog.cancel()
+                self._watchdog = None
         elif framed or self._frame_started is None:  # a new frame began in these bytes
             self._frame_started = now
             self.arm(now + self.server.config.frame_timeout_s)
@@ -591,7 +601,9 @@ class _Peer(asyncio.Protocol):
             )
             return False
         srv.authenticated += 1
-        self.role, self.job = role, job
+        # Interned: each hello decodes a string of its own, and 10,000 nodes of one job
+        # would hold 10,000 copies of its id and of "node" (about 110 bytes a node).
+        self.role, self.job = sys.intern(role), None if job is None else sys.intern(job)
         self.proto.max_frame_bytes = srv.config.max_frame_bytes
         return True
 
