@@ -38,7 +38,8 @@ WORDS: dict[str, str] = {
 
 #: Words that appear as something else: (file, word) -> what it is there.
 NOT_VOCABULARY = {
-    ("tfcoord/cli.py", "SUBMITTED"): "the column of tfcoord status saying when a job was submitted",
+    ("tfcoord/cli/status.py", "SUBMITTED"): "the column of tfcoord status saying when a job was submitted",
+    ("tfcoord/cli/status.py", "running"): "the DRIVER column of tfcoord status: the driver process runs",
     ("tfcoord/compat/tensorflowonspark/TFManager.py", "running"): "TensorFlowOnSpark's manager state",
     ("tfcoord/compat/tensorflowonspark/TFManager.py", "stopped"): "TensorFlowOnSpark's manager state",
 }
