@@ -176,8 +176,13 @@ def measure(system: str, sc: Any, rdd: Any, warm: Any, records: int, base: str, 
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def measure_floor(rdd: Any, warm: Any, records: int) -> dict[str, Any]:
-    """Spark hands the partitions to a function that only counts them: the feed's floor."""
+def measure_floor(sc: Any, rdd: Any, warm: Any, records: int, nodes: int) -> dict[str, Any]:
+    """Spark hands the partitions to a function that only counts them: the feed's floor.
+
+    Warmed first as tfcoord is: its nodes' job started a Python worker in every executor
+    before its warm-up feed; here a job of one task per executor does (the warm-up RDD's
+    two partitions would leave a third executor cold, its worker's start timed).
+    """
 
     def count(it: Any) -> list[int]:
         n = 0
@@ -185,6 +190,7 @@ def measure_floor(rdd: Any, warm: Any, records: int) -> dict[str, Any]:
             n += 1
         return [n]
 
+    sc.parallelize(range(nodes), nodes).mapPartitions(count).sum()
     warm.mapPartitions(count).sum()
     t0 = time.perf_counter()
     seen = rdd.mapPartitions(count).sum()
@@ -310,7 +316,7 @@ def main() -> int:
                     warm = sc.parallelize(range(WARMUP_RECORDS), 2).map(lambda i: (i, i * 0.5))
                     for _ in range(args.repeats):
                         row = (
-                            measure_floor(rdd, warm, args.records)
+                            measure_floor(sc, rdd, warm, args.records, args.nodes)
                             if system == FLOOR
                             else measure(system, sc, rdd, warm, args.records, base, args.nodes)
                         )
