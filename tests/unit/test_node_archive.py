@@ -4,6 +4,7 @@ its bootstrap runs it in a Python that has nothing installed -- and refuses a ta
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -36,12 +37,18 @@ def test_the_archive_holds_the_node_runtime_and_pure_python_msgpack_and_is_repro
         "_vendor/msgpack/fallback.py",
     ):
         assert required in names
-    assert not [n for n in names if not n.endswith(".py")]  # no compiled extension, no bytecode
+    # Every module as source and as this interpreter's bytecode (unchecked hash-based: no
+    # timestamp), and nothing else: no compiled extension.
+    sources = [n for n in names if n.endswith(".py")]
+    assert sorted(sources + [n + "c" for n in sources]) == names
+    pyc = zipfile.ZipFile(BytesIO(a.data)).read("tfcoord/node/main.pyc")
+    assert pyc[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(pyc[4:8], "little") == 0b01
     # The node's layer and the one below it, nothing above: no coordinator, driver or command line.
     assert not [
         n
         for n in names
-        if n.count("/") >= 1 and n.split("/")[1] not in ("__init__.py", "client", "node", "msgpack")
+        if n.count("/") >= 1
+        and n.split("/")[1] not in ("__init__.py", "__init__.pyc", "client", "node", "msgpack")
     ]
     assert node_archive() is node_archive()
 
@@ -63,10 +70,10 @@ def test_the_bootstrap_runs_the_archive_in_a_bare_python_and_refuses_a_tampered_
         "import runpy,sys;sys.argv=['x'];"
         f"sys.path[:0]=[{str(path)!r},{str(path)!r}+'/_vendor'];"
         "import msgpack,tfcoord.client.protocol as p;"
-        "print(msgpack.Packer.__module__, p.__file__.startswith(sys.path[0]))"
+        "print(msgpack.Packer.__module__, p.__file__.startswith(sys.path[0]), p.__file__.endswith('.pyc'))"
     )
     got = subprocess.run([*BARE, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert got.stdout.split() == ["msgpack.fallback", "True"], got.stderr
+    assert got.stdout.split() == ["msgpack.fallback", "True", "True"], got.stderr
     tampered = tmp_path / "tampered.pyz"
     tampered.write_bytes(archive.data[:-1] + bytes([archive.data[-1] ^ 1]))
     refused = subprocess.run(
@@ -75,3 +82,47 @@ def test_the_bootstrap_runs_the_archive_in_a_bare_python_and_refuses_a_tampered_
     assert refused.returncode == 1 and refused.stdout == ""
     assert f"not {archive.sha256} as its TaskInfo says: refusing to run it" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_a_python_of_another_version_runs_the_archive_from_its_sources(tmp_path: Path) -> None:
+    # Bytecode with a foreign magic number (another Python's), as such a Python sees the
+    # archive's: zipimport passes over it and compiles the source beside it.
+    archive = node_archive()
+    foreign = tmp_path / "foreign.pyz"
+    with (
+        zipfile.ZipFile(BytesIO(archive.data)) as src,
+        zipfile.ZipFile(foreign, "w", compression=zipfile.ZIP_DEFLATED) as dst,
+    ):
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, b"\x00\x00\r\n" + data[4:] if info.filename.endswith(".pyc") else data)
+    probe = (
+        f"import sys;sys.path[:0]=[{str(foreign)!r},{str(foreign)!r}+'/_vendor'];"
+        "import tfcoord.node.main as n;print(n.__file__)"
+    )
+    got = subprocess.run([*BARE, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == f"{foreign}/tfcoord/node/main.py"
+
+
+def test_the_archive_runs_its_own_tfcoord_where_the_image_imported_one_at_start(tmp_path: Path) -> None:
+    # This environment's Python imports tfcoord as it starts (the import-alias hook of
+    # tfcoord-aliases.pth), from the installed tree: the archive must not run that one.
+    archive = node_archive()
+    path = tmp_path / archive.name
+    path.write_bytes(archive.data)
+    at_start = "import sys;print(sys.modules['tfcoord'].__path__)"
+    assert subprocess.run([sys.executable, "-c", at_start], capture_output=True, timeout=60).returncode == 0
+    probe = (
+        "import runpy, sys\n"
+        f"sys.argv = [{str(path)!r}, '--help']\n"
+        "try:\n"
+        f"    runpy.run_path({str(path)!r}, run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    print(sys.modules['tfcoord.client'].__file__, sys.modules['tfcoord.node.main'].__file__)\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split()[-2:] == [f"{path}/tfcoord/client/__init__.pyc", f"{path}/tfcoord/node/main.pyc"]
