@@ -1042,41 +1042,41 @@ def run_restart(nodes: int) -> dict[str, Any]:
             coord.stop()
 
 
-def figure_row(row: dict[str, Any]) -> dict[str, Any] | None:
+def figure_row(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
     """The results table's row for a phase with a goal (``floor.figure``); None for fuzz.
 
     These goals are absolute (issue 28), so the goal is in the note and ``goal_met`` is the
-    phase's own verdict; no floor is measured for them."""
+    phase's own verdict; no floor is measured for them. A failed phase's row has no figure
+    and its error in the shape column."""
     ok, load = row["ok"], row.get("loadavg") or load_average()
+    lag = f"; the simulator's own lag p99 {row.get('client_lag_p99_ms')} ms"
     if row["phase"] == "load":
-        hog = row.get("cpu_hog_core")
-        value, goal_ms, met = row.get("p99_ms"), TARGET_P99_MS, row.get("p99_met")
-        name = f"heartbeat p99, {row.get('connections', 0):,} steady connections"
-        shape = f"{row.get('jobs')} jobs, heartbeat every {DEFAULT_HEARTBEAT_INTERVAL_S:g} s, " + (
-            f"a CPU-bound process pinned to core {hog}" if hog is not None else "no CPU-bound process"
+        value, goal_ms = row.get("p99_ms"), TARGET_P99_MS
+        name = f"heartbeat p99, {args.nodes:,} steady connections"
+        shape = f"{args.jobs} jobs, heartbeat every {DEFAULT_HEARTBEAT_INTERVAL_S:g} s, " + (
+            f"a CPU-bound process pinned to core {args.hog_core}"
+            if args.hog_core >= 0
+            else "no CPU-bound process"
         )
-        shape += f"; the simulator's own lag p99 {row.get('client_lag_p99_ms')} ms"
     elif row["phase"] == "burst":
-        value, goal_ms, met = row.get("heartbeat_p99_ms"), TARGET_BURST_P99_MS, row.get("p99_met")
-        name = f"heartbeat p99 while {row.get('burst_nodes', 0):,} nodes register"
+        value, goal_ms = row.get("heartbeat_p99_ms"), TARGET_BURST_P99_MS
+        name = f"heartbeat p99 while {args.burst_nodes:,} nodes register"
         shape = (
-            f"{row.get('steady_nodes', 0):,} steady nodes on {row.get('steady_connections', 0):,} connections"
-            f"; the simulator's own lag p99 {row.get('client_lag_p99_ms')} ms"
+            f"{args.nodes:,} steady nodes in {args.jobs} jobs on {row.get('steady_connections')} connections"
         )
     elif row["phase"] == "restart":
-        resumed = row.get("kill_to_all_resumed_s")
-        return figure(
-            f"restart: SIGKILL to {row.get('nodes', 0):,} nodes resumed",
-            unit="s", tfcoord=resumed if ok else None, floor=None, anchor=None, anchor_name="",
-            goal=None, shape=f"listening after {row.get('kill_to_listening_s')} s", loadavg=load,
-            note=f"goal: < {TARGET_RESUME_S:g} s",
-        ) | {"goal_met": bool(ok and row.get("target_met"))}  # fmt: skip
+        value, goal_ms = row.get("kill_to_all_resumed_s"), None
+        name = f"restart: SIGKILL to {args.restart_nodes:,} nodes resumed"
+        shape, lag = f"listening after {row.get('kill_to_listening_s')} s", ""
     else:
         return None
+    if not ok:
+        value, shape, lag = None, f"failed: {str(row.get('error') or row.get('errors'))[:160]}", ""
     return figure(
-        name, unit="s", tfcoord=value / 1e3 if ok and value is not None else None, floor=None, anchor=None,
-        anchor_name="", goal=None, shape=shape, loadavg=load, note=f"goal: p99 < {goal_ms:g} ms",
-    ) | {"goal_met": bool(ok and met)}  # fmt: skip
+        name, unit="s", tfcoord=value if goal_ms is None or value is None else value / 1e3, floor=None,
+        anchor=None, anchor_name="", goal=None, shape=shape + lag, loadavg=load,
+        note=f"goal: p99 < {goal_ms:g} ms" if goal_ms is not None else f"goal: < {TARGET_RESUME_S:g} s",
+    ) | {"goal_met": bool(ok and (row.get("target_met") if goal_ms is None else row.get("p99_met")))}  # fmt: skip
 
 
 def main() -> int:
@@ -1116,7 +1116,7 @@ def main() -> int:
             row = {"phase": phase, "ok": False, "error": f"{type(e).__name__}: {e}"}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        fig = figure_row(row)
+        fig = figure_row(row, args)
         if fig is not None:
             print(json.dumps(fig), flush=True)
     if not args.json:
