@@ -137,6 +137,11 @@ class Coordinator:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
+    def waited_s(self) -> float:
+        """Seconds its event loop's thread spent runnable but waiting for a CPU
+        (/proc/<pid>/schedstat): the machine's other work, not the coordinator's own."""
+        return int(Path(f"/proc/{self.proc.pid}/schedstat").read_text().split()[1]) / 1e9
+
     def memory_mb(self) -> tuple[float, float]:
         """(current RSS, peak RSS) in MiB."""
         status = dict(
@@ -517,13 +522,13 @@ def run_load(nodes: int, jobs: int, duration_s: float, clients: int, hog_core: i
                 raise RuntimeError(f"nodes failed during setup: {problems}")
             time.sleep(SETTLE_S)  # let the registration storm's journal commits drain
             with CpuHog(hog_core):
-                cpu0, w0 = coord.cpu_s(), time.monotonic()
+                cpu0, wait0, w0 = coord.cpu_s(), coord.waited_s(), time.monotonic()
                 for _, pipe in procs:
                     pipe.send("go")
                 time.sleep(duration_s)  # the steady state being measured
                 for _, pipe in procs:
                     pipe.send("halt")
-                cpu1, w1 = coord.cpu_s(), time.monotonic()
+                cpu1, wait1, w1 = coord.cpu_s(), coord.waited_s(), time.monotonic()
                 loadavg = load_average()
             rss, peak = coord.memory_mb()
             for _, pipe in procs:
@@ -562,6 +567,7 @@ def run_load(nodes: int, jobs: int, duration_s: float, clients: int, hog_core: i
                 "client_lag_p99_ms": round(_percentile(lag, 0.99) * 1e3, 2),
                 "client_lag_max_ms": round(lag[-1] * 1e3, 1) if lag else None,
                 "coordinator_cpu_percent": round((cpu1 - cpu0) / (w1 - w0) * 100, 1),
+                "coordinator_cpu_wait_percent": round((wait1 - wait0) / (w1 - w0) * 100, 1),
                 "coordinator_rss_mb": round(rss, 1),
                 "coordinator_peak_rss_mb": round(peak, 1),
                 "jobs_succeeded": states.count("SUCCEEDED"),
@@ -729,9 +735,14 @@ async def _steady_worker(
         await asyncio.wait_for(c.ready, AWAIT_CLUSTER_S)
         return c
 
-    opened = await asyncio.gather(*(open_one(*c) for c in conns), return_exceptions=True)
-    errors = [f"{type(c).__name__}: {c}" for c in opened if isinstance(c, BaseException)]
-    pipe.send(("ready", len(opened) - len(errors), time.monotonic() - t0, errors[:3]))
+    # Reported at the first failure: a refused connection's job never completes, and its
+    # other connections would wait AWAIT_CLUSTER_S for it.
+    opening = [asyncio.ensure_future(open_one(*c)) for c in conns]
+    await asyncio.wait(opening, return_when=asyncio.FIRST_EXCEPTION)
+    failed = [e for t in opening if t.done() and (e := t.exception()) is not None]
+    errors = [f"{type(e).__name__}: {e}" for e in failed]
+    opened = [t.result() for t in opening if t.done() and t.exception() is None]
+    pipe.send(("ready", len(opened), time.monotonic() - t0, errors[:3]))
     await ctl.go.wait()
     gc.freeze()  # see _load_worker
     beater.phase = "steady"  # the baseline, before the burst
@@ -833,12 +844,12 @@ def run_burst(jobs: int, per_job: int, burst_nodes: int) -> dict[str, Any]:
             _recv(burst[1])
             steady[1].send("go")
             time.sleep(BASELINE_S)
-            cpu0, w0 = coord.cpu_s(), time.monotonic()
+            cpu0, wait0, w0 = coord.cpu_s(), coord.waited_s(), time.monotonic()
             steady[1].send("burst")
             burst[1].send("burst")
             _, burst_s, burst_error = _recv(burst[1])
             steady[1].send("halt")
-            cpu1, w1 = coord.cpu_s(), time.monotonic()
+            cpu1, wait1, w1 = coord.cpu_s(), coord.waited_s(), time.monotonic()
             loadavg = load_average()
             rss, peak = coord.memory_mb()
             with DriverClient(coord.address, coord.secret, owner_key=coord.owner_key) as d:
@@ -870,6 +881,7 @@ def run_burst(jobs: int, per_job: int, burst_nodes: int) -> dict[str, Any]:
                 "client_lag_p99_ms": round(_percentile(lag, 0.99) * 1e3, 2),
                 "client_lag_max_ms": round(lag[-1] * 1e3, 1) if lag else None,
                 "coordinator_cpu_percent": round((cpu1 - cpu0) / (w1 - w0) * 100, 1),
+                "coordinator_cpu_wait_percent": round((wait1 - wait0) / (w1 - w0) * 100, 1),
                 "coordinator_rss_mb": round(rss, 1), "coordinator_peak_rss_mb": round(peak, 1),
                 "steady_jobs_running": steady_ok, "burst_job_state": states.get(big),
                 "errors": ([burst_error] if burst_error else []) + list(result[2]),
@@ -1049,7 +1061,11 @@ def figure_row(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] 
     phase's own verdict; no floor is measured for them. A failed phase's row has no figure
     and its error in the shape column."""
     ok, load = row["ok"], row.get("loadavg") or load_average()
-    lag = f"; the simulator's own lag p99 {row.get('client_lag_p99_ms')} ms"
+    lag = (
+        f"; the simulator's own lag p99 {row.get('client_lag_p99_ms')} ms; the coordinator ran"
+        f" {row.get('coordinator_cpu_percent')} % of the window and waited for a CPU"
+        f" {row.get('coordinator_cpu_wait_percent')} %"
+    )
     if row["phase"] == "load":
         value, goal_ms = row.get("p99_ms"), TARGET_P99_MS
         name = f"heartbeat p99, {args.nodes:,} steady connections"
