@@ -1089,10 +1089,17 @@ def figure_row(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] 
     if not ok:
         value, shape, lag = None, f"failed: {str(row.get('error') or row.get('errors'))[:160]}", ""
     return figure(
-        name, unit="s", tfcoord=value if goal_ms is None or value is None else value / 1e3, floor=None,
-        anchor=None, anchor_name="", goal=None, shape=shape + lag, loadavg=load,
+        name,
+        unit="s",
+        tfcoord=value if goal_ms is None or value is None else value / 1e3,
+        floor=None,
+        anchor=None,
+        anchor_name="",
+        goal=None,
+        shape=shape + lag,
+        loadavg=load,
         note=f"goal: p99 < {goal_ms:g} ms" if goal_ms is not None else f"goal: < {TARGET_RESUME_S:g} s",
-    ) | {"goal_met": bool(ok and (row.get("target_met") if goal_ms is None else row.get("p99_met")))}  # fmt: skip
+    ) | {"goal_met": bool(ok and (row.get("target_met") if goal_ms is None else row.get("p99_met")))}
 
 
 def main() -> int:
