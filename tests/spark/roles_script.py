@@ -60,7 +60,10 @@ def main_fun(args: list[str], ctx: Any) -> None:
         with tf.device(f"/job:worker/task:{ctx.task_index}"):
             loss = tf.reduce_mean((w * x + b - y) ** 2)
             step = tf.compat.v1.train.GradientDescentOptimizer(0.2).minimize(loss)
-        with tf.compat.v1.Session(server.target) as sess:
+        # Each worker's session sees only the ps and itself: without the filter CreateSession waits
+        # for every worker of the cluster, and one that already trained and exited never answers.
+        only = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{ctx.task_index}"])
+        with tf.compat.v1.Session(server.target, config=only) as sess:
             sess.run(tf.compat.v1.variables_initializer([w, b]))
             first = float(sess.run(loss))
             for _ in range(STEPS):
