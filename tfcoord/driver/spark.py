@@ -621,6 +621,8 @@ class SparkCluster:
                     cause=FailureReason.ENGINE_FAILED,
                 )
             except TfcoordError:
+                # The job already ended, or its coordinator is gone: nothing is left to wake,
+                # and spark_error still carries Spark's failure to shutdown().
                 pass
 
     def _start(self, fn: Any, name: str) -> None:

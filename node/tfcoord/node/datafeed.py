@@ -651,7 +651,7 @@ def _cut(sock: socket.socket) -> None:
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
-        pass
+        pass  # the peer closed it first: already cut
 
 
 def _keepalive(sock: socket.socket) -> None:
