@@ -35,10 +35,24 @@ def _record(out: Path, ctx: Any, **extra: Any) -> None:
     tmp.replace(out / f"{ctx.job_name}-{ctx.task_index}.json")
 
 
+def _wait_for(path: Path, timeout: float) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout} s")
+        time.sleep(0.03)
+
+
 def main_fun(args: list[str], ctx: Any) -> None:
     out, mode = Path(args[0]), args[1]
     if mode != "train":
         _record(out, ctx)
+        if ctx.job_name == "worker":
+            # The ps is stopped as soon as the workers are done: a worker that returned before the
+            # ps ran main_fun would leave no ps record (seen once in CI). Wait for it (30 ms polls).
+            _wait_for(out / "ps-0.json", timeout=300)
         return
     import numpy as np
     import tensorflow as tf
