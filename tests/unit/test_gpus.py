@@ -392,7 +392,7 @@ def test_hung_nvidia_smi_is_given_up_after_the_timeout(monkeypatch: pytest.Monke
         seen.append(kw["timeout"])
         raise subprocess.TimeoutExpired(cmd, kw["timeout"])
 
-    monkeypatch.setattr(gpus.subprocess, "run", hang)
+    monkeypatch.setattr(subprocess, "run", hang)  # the module gpus imports when it looks for GPUs
     assert select_gpus(1) is CPU
     with pytest.raises(GpuUnavailable, match="did not answer within 30 s"):
         select_gpus(1, require=True)

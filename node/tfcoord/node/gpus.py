@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -272,6 +271,8 @@ def _mib(v: int | None) -> str:
 
 
 def _run(nvidia_smi: str, args: Sequence[str]) -> str:
+    import subprocess  # only where GPUs are looked for: a CPU node never runs nvidia-smi
+
     cmd = [nvidia_smi, *args]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False)

@@ -23,21 +23,22 @@ from __future__ import annotations
 
 import os
 import ssl
-import subprocess
 import sys
 import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from tfcoord.client import TfcoordError
 from tfcoord.client.auth import TOKEN_ENV
 from tfcoord.client.client import DEFAULT_REQUEST_TIMEOUT_S
 from tfcoord.client.messages import MAX_ERROR_LEN
 
-from . import pdeath
 from .supervisor import STOP_GRACE_S, Child, ChildExit, GpuRequest, Launch, NodeSupervisor, SupervisorConfig
+
+if TYPE_CHECKING:
+    import subprocess
 
 #: Server mode: the file descriptor on which the server child writes READY_LINE once it listens.
 READY_FD_ENV = "TFCOORD_READY_FD"
@@ -125,6 +126,12 @@ class Command(Child):
         return env
 
     def launch(self, launch: Launch) -> int:
+        import subprocess
+
+        # pdeath (ctypes) and subprocess load once the cluster is known, not before the node
+        # registers: a Mesos task's registration waits on every import before it.
+        from . import pdeath
+
         launch.port.release()  # the command's TensorFlow server binds it next
         # Killed with this node (a SIGKILLed Mesos executor, an interrupted local engine):
         # the command never outlives the node that reports on it.
@@ -184,6 +191,10 @@ class ServerCommand(Command):
         self._ready_fd: int | None = None
 
     def launch(self, launch: Launch) -> int:
+        import subprocess
+
+        from . import pdeath  # once the cluster is known (see Command.launch)
+
         launch.port.release()
         env = self._env(launch)
         # The server says on this pipe when it listens: "running" then means servable.

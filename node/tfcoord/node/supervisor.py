@@ -33,7 +33,7 @@ import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfcoord.client import NodeClient, RequestRejected, TfcoordError
 from tfcoord.client import messages as m
@@ -41,9 +41,11 @@ from tfcoord.client.client import DEFAULT_REQUEST_TIMEOUT_S, ClusterInfo
 from tfcoord.client.vocab import NodeState
 
 from .gpus import CPU, GpuSelection, select_gpus
-from .outputlog import OutputLog
 from .ports import PortReservation
-from .reporting import ReportPipe
+
+if TYPE_CHECKING:
+    from .outputlog import OutputLog
+    from .reporting import ReportPipe
 
 log = logging.getLogger("tfcoord.node")
 
@@ -426,6 +428,10 @@ class NodeSupervisor:
         return self._port
 
     def _generation(self, client: NodeClient, port: PortReservation, gpus: GpuSelection) -> NodeOutcome:
+        # Loaded once registered, not before: a Mesos task's registration waits on every import.
+        from .outputlog import OutputLog
+        from .reporting import ReportPipe
+
         cfg = self.config
         info = client.await_cluster(cfg.wait_timeout_s)
         self.child.before_launch(info)
