@@ -43,7 +43,7 @@ from tfcoord.node.feeder import FeedPlan, FeedTarget, control, inference_partiti
 from tfcoord.node.parallel import ParallelTask, ParallelTaskFailed
 from tfcoord.node.tlsfiles import TlsFiles
 
-from . import capacity, console, resources
+from . import capacity, console, resources, sparkconf
 from .nodeoutput import NodeOutput
 from .session import INTERRUPT_REASON, CoordinatorLink, Interrupted, stop_interrupted
 from .sparksubmit import SubmitOptions, submit_args
@@ -81,9 +81,9 @@ class InputMode:
 
 
 def _settings(sc: Any) -> dict[str, str]:
-    """The application's Spark configuration, read once: every ``sc.getConf()`` copies each
-    setting over Py4J (about 15 ms on two loaded cores), and run() consults it five times."""
-    return dict(sc.getConf().getAll())
+    """The application's Spark configuration, read once (run() consults it five times) and
+    in a few Py4J calls (``sparkconf``)."""
+    return sparkconf.read_settings(sc)
 
 
 def _coordinator(
