@@ -45,7 +45,7 @@ from floor import figure, load_average  # noqa: E402
 
 from tfcoord.client import JobSpec, make_roles  # noqa: E402
 from tfcoord.client.entry import TLS_CA_ENV  # noqa: E402
-from tfcoord.client.replies import JobStatus  # noqa: E402
+from tfcoord.client.jobreplies import JobStatus  # noqa: E402
 from tfcoord.client.vocab import JobState  # noqa: E402
 from tfcoord.client.watcher import watch_until  # noqa: E402
 from tfcoord.driver.session import CoordinatorLink  # noqa: E402

@@ -6,8 +6,9 @@ import pytest
 
 from tfcoord.client import DriverClient, JobFailed, JobSpec, NodeClient, make_roles
 from tfcoord.client.errors import RemoteProtocolError
+from tfcoord.client.jobreplies import JobStatus, NodeStatus, StopResult
 from tfcoord.client.progress import ProgressLines, TimelineLines, describe
-from tfcoord.client.replies import JobStatus, NodeStatus, Registration, Reported, StopAnswer, StopResult
+from tfcoord.client.replies import Registration, Reported, StopAnswer
 from tfcoord.client.vocab import FailureReason, JobState, NodeState
 from tfcoord.client.watcher import ended, watch_until
 from tfcoord.coordinator.embedded import EmbeddedCoordinator

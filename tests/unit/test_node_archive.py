@@ -84,6 +84,48 @@ def test_the_bootstrap_runs_the_archive_in_a_bare_python_and_refuses_a_tampered_
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
+#: What a node does not load before it registers: the answers about jobs (only drivers read
+#: them) and what only starting and watching its child needs.
+NOT_BEFORE_REGISTERING = {
+    "tfcoord.client.jobreplies",
+    "tfcoord.node.outputlog",
+    "tfcoord.node.reporting",
+    "tfcoord.node.pdeath",
+    "ctypes",
+    "subprocess",
+}
+
+
+def test_the_node_loads_only_what_it_needs_before_it_connects_to_register(tmp_path: Path) -> None:
+    # A Mesos task is ready once its node registers, and registering waits on every import
+    # before it: at the node's first connect (an audit hook lists the modules, then ends the
+    # process), none of the above is loaded.
+    archive = node_archive()
+    path = tmp_path / archive.name
+    path.write_bytes(archive.data)
+    at_connect = (
+        "import os,sys\n"
+        "def hook(event, args):\n"
+        "    if event == 'socket.connect':\n"
+        "        print(' '.join(sorted(sys.modules)), flush=True)\n"
+        "        os._exit(0)\n"
+        "sys.addaudithook(hook)\n"
+    )
+    node = ["--address", "127.0.0.1:9", "--job", "j", "--executor-id", "0", "--server-mode"]
+    env = {"PATH": os.environ.get("PATH", os.defpath), "TFCOORD_TOKEN": "ab" * 32}
+    ran = subprocess.run(
+        [*BARE, "-c", at_connect + BOOTSTRAP, str(path), archive.sha256, *node],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    loaded = set(ran.stdout.split())
+    assert {"tfcoord.client.client", "tfcoord.node.supervisor"} <= loaded  # it got as far as registering
+    assert not loaded & NOT_BEFORE_REGISTERING
+
+
 def test_a_python_of_another_version_runs_the_archive_from_its_sources(tmp_path: Path) -> None:
     # Bytecode with a foreign magic number (another Python's), as such a Python sees the
     # archive's: zipimport passes over it and compiles the source beside it.

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tfcoord.client import jobreplies as jr
 from tfcoord.client import replies as r
 from tfcoord.client.vocab import FailureReason, JobState, NodeState
 
@@ -30,19 +31,18 @@ REF = "#/components/schemas/"
 
 #: Each schema of the document that shows an answer, and the answer (its full form).
 SHOWN: dict[str, type[r.Answer]] = {
-    "JobSummary": r.JobSummary,
-    "JobList": r.JobList,
-    "JobStatus": r.JobStatus,
-    "Node": r.NodeStatus,
-    "Logs": r.Logs,
-    "Progress": r.Series,
+    "JobSummary": jr.JobSummary,
+    "JobList": jr.JobList,
+    "JobStatus": jr.JobStatus,
+    "Node": jr.NodeStatus,
+    "Logs": jr.Logs,
+    "Progress": jr.Series,
+    "Restart": jr.Restart,
 }
-if hasattr(r, "Restart"):
-    SHOWN["Restart"] = r.Restart
 #: Answers the document shows inline, in the schema of the answer that holds them.
 INLINE: dict[type[r.Answer], tuple[str, str]] = {
-    r.LogSource: ("Logs", "nodes"),
-    r.NodeSeries: ("Progress", "nodes"),
+    jr.LogSource: ("Logs", "nodes"),
+    jr.NodeSeries: ("Progress", "nodes"),
 }
 #: What the HTTP API adds to an answer (http.py's _node_view): schema -> field -> its type.
 HTTP_EXTRAS: dict[str, dict[str, Any]] = {
@@ -141,7 +141,7 @@ def _not_none(tp: Any) -> Any:
 def compare(answer: type[r.Answer], schema: Mapping[str, Any], name: str) -> None:
     """``schema`` shows ``answer`` (its full form) field by field."""
     schema = resolve(schema)
-    fields = {f.name: f for f in answer.wire_fields() if f.form in (None, r.FULL)}
+    fields = {f.name: f for f in answer.wire_fields() if f.form in (None, jr.FULL)}
     extras = HTTP_EXTRAS.get(name, {})
     props: Mapping[str, Any] = schema["properties"]
     assert schema.get("additionalProperties") is False, f"{name}: a closed object"
@@ -193,8 +193,8 @@ def test_a_field_the_document_lacks_is_caught() -> None:
     schema = json.loads(json.dumps(SCHEMAS["JobSummary"]))
     del schema["properties"]["registered"]
     with pytest.raises(AssertionError, match=r"lacks \['registered'\]"):
-        compare(r.JobSummary, schema, "JobSummary")
+        compare(jr.JobSummary, schema, "JobSummary")
     schema = json.loads(json.dumps(SCHEMAS["JobSummary"]))
     schema["properties"]["size"] = {"type": "string"}
     with pytest.raises(AssertionError, match=r"JobSummary\.size: int"):
-        compare(r.JobSummary, schema, "JobSummary")
+        compare(jr.JobSummary, schema, "JobSummary")

@@ -1,4 +1,4 @@
-"""replies.py: one class per answer, the same on both sides; malformed answers are protocol errors."""
+"""replies.py and jobreplies.py: one class per answer, the same on both sides; malformed answers are protocol errors."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import msgpack
 import pytest
 
 from tests.unit.statekit import T0, Machine, register, report, stop, submit
+from tfcoord.client import jobreplies as jr
 from tfcoord.client import messages as m
 from tfcoord.client import replies as r
 from tfcoord.client.errors import RemoteProtocolError
@@ -19,7 +20,7 @@ from tfcoord.coordinator.state import telemetry, views
 
 def test_every_request_that_gets_a_map_has_its_answer_class() -> None:
     requests = {op for op in m.DRIVER_OPS | m.NODE_OPS | m.ADMIN_OPS}
-    assert set(r.ANSWERS) == {c.op for c in requests} - {m.AwaitCluster.op}  # a ClusterReply of its own
+    assert set(jr.ANSWERS) == {c.op for c in requests} - {m.AwaitCluster.op}  # a ClusterReply of its own
 
 
 def test_what_the_coordinator_sends_decodes_as_the_same_answer_and_encodes_to_the_same_bytes() -> None:
@@ -43,7 +44,7 @@ def test_what_the_coordinator_sends_decodes_as_the_same_answer_and_encodes_to_th
         back = type(answer).from_wire(msgpack.unpackb(msgpack.packb(wire)))
         assert back == wire and back.to_wire() == wire
         assert msgpack.packb(back.to_wire()) == msgpack.packb(wire)
-    status = r.JobStatus.from_wire(sm.state.status("j"))
+    status = jr.JobStatus.from_wire(sm.state.status("j"))
     assert (status.state, status.reason, status.running, status.missing_count) == (
         JobState.FAILED,
         FailureReason.NODE_FAILED,
@@ -51,12 +52,12 @@ def test_what_the_coordinator_sends_decodes_as_the_same_answer_and_encodes_to_th
         0,
     )
     assert status.nodes[0].gpus == ("g0",) and status.nodes[0].figures == {}
-    brief = r.JobStatus.from_wire(sm.state.brief("j"))
+    brief = jr.JobStatus.from_wire(sm.state.brief("j"))
     assert brief.brief and brief.nodes == () and brief.running == 1
 
 
 def test_a_node_of_history_carries_no_figures_and_is_sent_without_them() -> None:
-    node = r.NodeStatus(
+    node = jr.NodeStatus(
         executor_id=0,
         attempt=0,
         role="worker",
@@ -74,7 +75,7 @@ def test_a_node_of_history_carries_no_figures_and_is_sent_without_them() -> None
         connected=False,
     )
     assert "figures" not in node.to_wire() and node.figures is None
-    assert r.NodeStatus.from_wire(node.to_wire()).to_wire() == node.to_wire()
+    assert jr.NodeStatus.from_wire(node.to_wire()).to_wire() == node.to_wire()
 
 
 def test_a_stop_answer_names_a_restart_only_when_there_is_one() -> None:
@@ -111,12 +112,12 @@ def test_a_stop_answer_names_a_restart_only_when_there_is_one() -> None:
             "field 'index'",
         ),
         (
-            r.Logs,
+            jr.Logs,
             {"job": "j", "state": "READY", "nodes": [], "lines": [[0, 1.0, 0, "stdout"]], "next": 1},
             "field 'lines'",
         ),
-        (r.JobList, {"jobs": [{"job": "j"}]}, "malformed JobSummary"),
-        (r.JobStatus, {"job": "j", "state": "RUNNING"}, "malformed JobStatus"),
+        (jr.JobList, {"jobs": [{"job": "j"}]}, "malformed JobSummary"),
+        (jr.JobStatus, {"job": "j", "state": "RUNNING"}, "malformed JobStatus"),
     ],
 )
 def test_a_malformed_answer_is_a_protocol_error(answer: type[r.Answer], wire: Any, says: str) -> None:
@@ -131,11 +132,11 @@ def test_fields_a_coordinator_does_not_know_yet_are_ignored_and_kept_in_the_map(
 
 
 def test_a_number_may_come_as_an_integer_but_never_as_a_bool() -> None:
-    finished = r.Finished.from_wire({"job": "j", "state": "RUNNING", "serving_grace_s": 30})
+    finished = jr.Finished.from_wire({"job": "j", "state": "RUNNING", "serving_grace_s": 30})
     assert finished.serving_grace_s == 30.0 and isinstance(finished.serving_grace_s, float)
     with pytest.raises(RemoteProtocolError):
-        r.Finished.from_wire({"job": "j", "state": "RUNNING", "serving_grace_s": True})
-    series = r.Series.from_wire(
+        jr.Finished.from_wire({"job": "j", "state": "RUNNING", "serving_grace_s": True})
+    series = jr.Series.from_wire(
         {
             "job": "j",
             "state": "RUNNING",
@@ -151,7 +152,7 @@ def test_a_stop_result_is_answered_typed() -> None:
     ev = stop(dry_run=True)
     [sent] = sm(ev)
     assert isinstance(sent, s.Send) and isinstance(sent.msg, m.Reply)
-    result = r.StopResult.from_wire(sent.msg.result)
+    result = jr.StopResult.from_wire(sent.msg.result)
     assert (result.state, result.dry_run, result.nodes) == (
         JobState.READY,
         True,

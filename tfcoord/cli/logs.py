@@ -13,8 +13,8 @@ from tfcoord.cli.errors import stopped_following
 from tfcoord.cli.records import ended_run, say_ended
 from tfcoord.client import runrecords
 from tfcoord.client.entry import UsageError
+from tfcoord.client.jobreplies import JobStatus
 from tfcoord.client.messages import MAX_LOGS_REPLY
-from tfcoord.client.replies import JobStatus
 from tfcoord.client.terminal import printable
 from tfcoord.client.vocab import JobState
 

@@ -7,7 +7,7 @@ import json
 import sys
 
 from tfcoord.client.entry import ExitCode
-from tfcoord.client.replies import JobStatus
+from tfcoord.client.jobreplies import JobStatus
 from tfcoord.client.terminal import TRACEBACK, printable
 from tfcoord.client.vocab import JobState
 

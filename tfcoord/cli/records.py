@@ -10,7 +10,7 @@ import sys
 from tfcoord.cli.output import fmt_time
 from tfcoord.client import connfile, runrecords
 from tfcoord.client.entry import ADDRESS_ENV, UsageError
-from tfcoord.client.replies import JobStatus
+from tfcoord.client.jobreplies import JobStatus
 
 
 def ended_runs() -> list[runrecords.RunRecord]:

@@ -13,8 +13,8 @@ from tfcoord.cli.output import fmt_time, table
 from tfcoord.cli.records import ended_run, ended_runs, say_ended
 from tfcoord.client import DriverClient, runrecords
 from tfcoord.client.entry import ADDRESS_ENV, UsageError
+from tfcoord.client.jobreplies import JobList, JobStatus
 from tfcoord.client.progress import describe
-from tfcoord.client.replies import JobList, JobStatus
 from tfcoord.client.terminal import TRACEBACK, printable
 from tfcoord.client.watcher import FOREVER_S, watch_until
 

@@ -50,7 +50,7 @@ from urllib.parse import urlencode
 
 from tfcoord.client import DriverClient
 from tfcoord.client.client import check_outcome
-from tfcoord.client.replies import JobStatus
+from tfcoord.client.jobreplies import JobStatus
 from tfcoord.client.vocab import NodeState
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 from tfcoord.coordinator.mesos.config import (

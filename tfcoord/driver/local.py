@@ -22,8 +22,8 @@ from typing import IO
 
 from tfcoord.client import DriverClient, JobSpec
 from tfcoord.client.auth import TOKEN_ENV
+from tfcoord.client.jobreplies import JobStatus
 from tfcoord.client.progress import ProgressLines
-from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import JobState
 from tfcoord.client.watcher import FOREVER_S, watch_until
 

@@ -19,8 +19,8 @@ from typing import Any
 from tfcoord.client import DriverClient
 from tfcoord.client.client import check_outcome
 from tfcoord.client.errors import DeadlineExceeded
+from tfcoord.client.jobreplies import JobStatus
 from tfcoord.client.progress import TimelineLines
-from tfcoord.client.replies import JobStatus
 from tfcoord.client.vocab import TERMINAL_JOB, JobState, NodeState
 from tfcoord.client.watcher import watch_until
 from tfcoord.coordinator.embedded import EmbeddedCoordinator

@@ -21,7 +21,7 @@ from typing import Any
 
 from tfcoord.client import DriverClient, TfcoordError, tls
 from tfcoord.client.errors import DeadlineExceeded
-from tfcoord.client.replies import JobStatus
+from tfcoord.client.jobreplies import JobStatus
 from tfcoord.client.vocab import JobState
 from tfcoord.client.watcher import ended, watch_until
 from tfcoord.coordinator.embedded import EmbeddedCoordinator

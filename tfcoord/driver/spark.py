@@ -31,9 +31,10 @@ from tfcoord.client import (
     make_roles,
 )
 from tfcoord.client.entry import ADDRESS_ENV, SECRET_FILE_ENV
+from tfcoord.client.jobreplies import JobStatus
 from tfcoord.client.messages import MAX_TIMEOUT_S
 from tfcoord.client.progress import ProgressLines
-from tfcoord.client.replies import TENSORBOARD_PID_META, JobStatus
+from tfcoord.client.replies import TENSORBOARD_PID_META
 from tfcoord.client.terminal import TRACEBACK, printable
 from tfcoord.client.vocab import FORMED_JOB, FailureReason, JobState, NodeState, RestartOn
 from tfcoord.client.watcher import FOREVER_S, ended, watch_until

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Self, overload
+from typing import TYPE_CHECKING, Any, Self, overload
 
 from . import auth, handshake, tls
 from . import messages as m
@@ -41,23 +41,14 @@ from .errors import (
     Unreachable,
 )
 from .protocol import CLOSED, NEED_DATA, Connection, decode_spec
-from .replies import (
-    Ack,
-    Finished,
-    JobFailed,
-    JobList,
-    JobStatus,
-    JobStopped,
-    JobSummary,
-    Logs,
-    Registration,
-    Reported,
-    StopAnswer,
-    StopResult,
-    Submitted,
-)
+from .replies import Ack, JobFailed, JobStopped, Registration, Reported, StopAnswer
 from .terminal import TRACEBACK, printable
 from .vocab import TRANSIENT_CLOSES, ErrorCode, FailureReason, JobState, NodeState
+
+if TYPE_CHECKING:
+    # A DriverClient's methods import them when called (see DriverClient): a node imports
+    # this module before it registers and never builds the answers about jobs.
+    from .jobreplies import JobList, JobStatus, JobSummary, StopResult
 
 log = logging.getLogger("tfcoord.client")
 
@@ -538,6 +529,10 @@ class DriverClient(Client):
     jobs it submits can be seen and stopped only by a driver with the same key, or by an
     admin (``role="admin"`` with the coordinator's admin secret as ``secret``), and their
     node tokens are bound to it.
+
+    Its methods import the answers they decode (:mod:`.jobreplies`) when first called: a
+    node imports this module before it registers, and would otherwise build every answer
+    class about jobs that only drivers read.
     """
 
     def __init__(self, address: str, secret: bytes, *, owner_key: bytes | None = None, **kw: Any) -> None:
@@ -596,6 +591,8 @@ class DriverClient(Client):
 
     def submit(self, spec: m.JobSpec, job: str | None = None) -> str:
         """Submit a job; returns its id. Resubmitting the same id and spec is harmless."""
+        from .jobreplies import Submitted
+
         job_id = job or new_job_id(spec.name)
         Submitted.decode(_result(self.request(lambda i: m.Submit(id=i, job=job_id, spec=spec))))
         return job_id
@@ -607,6 +604,8 @@ class DriverClient(Client):
 
     def status(self, job: str | None = None) -> JobStatus | JobList:
         """One job's full status, or every job (:class:`JobList`) when ``job`` is None."""
+        from .jobreplies import JobList, JobStatus
+
         result = _result(self.request(lambda i: m.Status(id=i, job=job)))
         return JobList.decode(result) if job is None else JobStatus.decode(result)
 
@@ -616,6 +615,8 @@ class DriverClient(Client):
         """The output of a job's nodes from line ``since`` on (see ``GetLogs``): ``lines`` as
         ``[seq, time, executor_id, stream, text]``, ``nodes`` with their ``dropped`` counts,
         ``next`` for the following call."""
+        from .jobreplies import Logs
+
         reply = self.request(
             lambda i: m.GetLogs(id=i, job=job, executor_id=executor_id, since=since, limit=limit)
         )
@@ -637,6 +638,8 @@ class DriverClient(Client):
         With ``reports`` (a status's ``reports``), a node's progress figures or usage
         reported after that status answer too: they change no ``version``.
         """
+        from .jobreplies import JobStatus
+
         reply = self.request(
             lambda i: m.WatchJob(
                 id=i, job=job, version=version, timeout_s=timeout_s, brief=brief, reports=reports
@@ -655,6 +658,8 @@ class DriverClient(Client):
             JobStopped: the job was STOPPED (only with ``raise_on_failure``).
             DeadlineExceeded: still running at the deadline.
         """
+        from .jobreplies import JobStatus
+
         try:
             reply = self.request(
                 lambda i: m.AwaitJob(id=i, job=job, timeout_s=timeout_s), timeout_s + REPLY_SLACK_S
@@ -681,6 +686,8 @@ class DriverClient(Client):
         ``reason`` says why to people; ``cause`` to programs (the job's ``reason`` once
         stopped): a stop someone asked for, or the engine running the nodes giving up.
         """
+        from .jobreplies import StopResult
+
         reply = self.request(lambda i: m.StopJob(id=i, job=job, reason=reason, dry_run=dry_run, cause=cause))
         return StopResult.decode(_result(reply))
 
@@ -688,6 +695,8 @@ class DriverClient(Client):
         """Wind the job down: once its chief/master/worker nodes have all succeeded, its ps
         and evaluator nodes get ``serving_grace_s`` to end on their own before they are told
         to stop (a stop from then on ends the job SUCCEEDED). Returns the job's state."""
+        from .jobreplies import Finished
+
         reply = self.request(lambda i: m.Finish(id=i, job=job, serving_grace_s=float(serving_grace_s)))
         return Finished.decode(_result(reply)).state
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .replies import JobStatus
+from .jobreplies import JobStatus
 from .terminal import printable
 from .vocab import FORMED_JOB
 

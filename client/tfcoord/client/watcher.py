@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from .jobreplies import JobStatus
 from .messages import MAX_TIMEOUT_S
-from .replies import JobStatus
 
 #: Each watch waits at most this long on the server before coming back to check the
 #: caller's own deadline; changes themselves arrive the moment the job changes.

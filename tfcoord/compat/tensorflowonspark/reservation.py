@@ -53,8 +53,8 @@ from typing import Any
 
 from tfcoord.client import DriverClient, JobSpec, NodeClient, RequestRejected, TfcoordError, connfile, tls
 from tfcoord.client.errors import ConnectionClosed
+from tfcoord.client.jobreplies import JobStatus, NodeStatus
 from tfcoord.client.messages import MAX_NODES_PER_JOB, MAX_TEXT_LEN, MAX_TIMEOUT_S
-from tfcoord.client.replies import JobStatus, NodeStatus
 from tfcoord.client.vocab import ErrorCode, JobState, NodeState
 from tfcoord.client.watcher import watch_until
 from tfcoord.coordinator.embedded import EmbeddedCoordinator

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfcoord.client import messages as m
-from tfcoord.client.replies import NodeStatus, StopAnswer
+from tfcoord.client.jobreplies import NodeStatus
+from tfcoord.client.replies import StopAnswer
 from tfcoord.client.vocab import TERMINAL_JOB, TERMINAL_NODE, FailureReason, JobState, NodeState
 
 J, N = JobState, NodeState

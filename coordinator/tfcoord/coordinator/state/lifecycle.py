@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import signal
 
-from tfcoord.client.replies import Finished, Reported, StopResult, Submitted
+from tfcoord.client.jobreplies import Finished, StopResult, Submitted
+from tfcoord.client.replies import Reported
 from tfcoord.client.vocab import (
     TERMINAL_JOB,
     ErrorCode,

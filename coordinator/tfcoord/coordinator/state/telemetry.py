@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfcoord.client import messages as m
-from tfcoord.client.replies import Ack, Logs, LogSource, NodeSeries, Series
+from tfcoord.client.jobreplies import Logs, LogSource, NodeSeries, Series
+from tfcoord.client.replies import Ack
 from tfcoord.client.vocab import ErrorCode
 
 from .events import GetLogsEvent, NodeLogsEvent, ProgressNode, handles

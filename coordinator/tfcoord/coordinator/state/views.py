@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from tfcoord.client.replies import JobList, JobStatus, JobSummary, Restart
+from tfcoord.client.jobreplies import JobList, JobStatus, JobSummary, Restart
 from tfcoord.client.vocab import NodeState
 
 from .events import StatusEvent, Viewer, handles

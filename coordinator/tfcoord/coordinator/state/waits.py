@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tfcoord.client import messages as m
-from tfcoord.client.replies import JobStatus, StopAnswer
+from tfcoord.client.jobreplies import JobStatus
+from tfcoord.client.replies import StopAnswer
 from tfcoord.client.vocab import ErrorCode, NodeState, WaitKind
 
 from .events import AwaitJobEvent, AwaitStopEvent, Waiter, handles
