@@ -378,3 +378,40 @@ def test_a_frame_of_a_million_empty_maps_is_refused_while_it_decodes(coord):
         with NodeClient(coord.address, d.job_token(victim_job), victim_job, 0) as n:
             assert n.register("127.0.0.1", 7400).role == "worker"
         coord.call(lambda: coord.server.state.validate())
+
+
+def test_hellos_sent_on_time_are_answered_though_they_waited_in_the_coordinators_own_queue():
+    # A coordinator starved of CPU past the handshake deadline (here its loop is held: the
+    # stand-in for a busy host) then finds many hellos at once. Those beyond one turn's
+    # budget for bulk work wait in its own queue for later turns; they were sent on time, so
+    # the handshake deadline must not refuse them (it once did: "no hello within 0.4 s").
+    peers = 200
+    c = EmbeddedCoordinator(
+        plaintext=True,
+        handshake_timeout_s=HANDSHAKE_S,
+        max_unauthenticated=peers,
+        max_unauthenticated_per_source=peers,
+    )
+    c.start()
+    raws: list[Raw] = []
+    try:
+        raws = [Raw(c.port) for _ in range(peers)]  # each read its challenge: its deadline runs
+        held = threading.Event()
+
+        def starve() -> None:
+            held.set()
+            time.sleep(HANDSHAKE_S * 2)  # no turn of the loop runs meanwhile
+
+        c._loop.call_soon_threadsafe(starve)  # type: ignore[union-attr]
+        assert held.wait(10)
+        hellos = [r.conn.send(r.hello(c.secret, "driver")) for r in raws]
+        for r, hello in zip(raws, hellos, strict=True):
+            r.sock.sendall(hello)
+        answers = [type(r.next()).__name__ for r in raws]
+        assert answers == ["Welcome"] * peers, sorted(set(answers))
+        assert c.call(lambda: c.server.timed_out.get("handshake_timeout", 0)) == 0
+        c.call(c.server.state.validate)
+    finally:
+        for r in raws:
+            r.close()
+        c.stop()

@@ -531,6 +531,12 @@ class _Peer(asyncio.Protocol):
             return
         cfg = self.server.config
         now = self._loop.time()
+        if self._stalled is not None:
+            # A whole frame waits in our own queue for a turn (``CoordinatorServer.defer``):
+            # it came in time, and these deadlines judge the peer, not our backlog (a starved
+            # coordinator finding many hellos at once refused those it had not reached yet).
+            self.arm(now + cfg.frame_timeout_s)
+            return
         deadlines = []
         if self.role is None:
             deadlines.append(
