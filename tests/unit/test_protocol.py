@@ -895,3 +895,40 @@ def test_host_check_refuses_spaces_control_characters_and_delimiters(host: str) 
         assert not ok
     else:
         assert ok
+
+
+# -- the generated validators ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("executor_id", True, "register.executor_id must be an integer, not bool"),
+        ("executor_id", 2.0, "register.executor_id must be an integer, not float"),
+        ("port", 0, "register.port is 0; it must be between 1 and 65535"),
+        ("job", b"job-1", "register.job must be a string, not bytes"),
+        ("job", "job 1", "register.job 'job 1' must be letters, digits"),
+        ("credential", "A" * m.CREDENTIAL_HEX, "register.credential must be empty or 64 lower-case hex"),
+    ],
+)
+def test_a_refused_field_is_named_whichever_check_refuses_it(field, value, words):
+    fields: dict[str, Any] = {"id": 1, "job": "job-1", "executor_id": 0, "attempt": 0, "host": "h", "port": 1}
+    good = m.Register(**fields).to_wire()
+    m.decode(good)  # 'job-1' is now among the identifiers already found valid
+    with pytest.raises(RemoteProtocolError, match="^" + re.escape(words)):
+        m.decode({**good, field: value})
+    with pytest.raises(LocalProtocolError, match="^" + re.escape(words)):
+        m.Register(**{**fields, field: value})
+
+
+def test_each_message_class_gets_its_own_validator():
+    # Request's validator checks only an id; Register's every field of its own too.
+    m.Request(id=1)
+    with pytest.raises(LocalProtocolError, match=r"^register\.host"):
+        m.Register(id=1, job="j", executor_id=0, attempt=0, host="a b", port=1)
+
+
+def test_the_memo_of_valid_identifiers_stays_bounded():
+    for i in range(m.MAX_GOOD_IDS + 100):
+        m.decode({"op": "heartbeat", "id": 1, "job": f"job-{i}", "executor_id": 0, "attempt": 0})
+    assert 0 < len(m._GOOD_IDS) <= m.MAX_GOOD_IDS

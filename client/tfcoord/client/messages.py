@@ -112,9 +112,20 @@ _meta_text = _text(MAX_TEXT_LEN)
 
 
 def _ident(v: Any) -> None:
+    if type(v) is str and v in _GOOD_IDS:
+        return
     _id_text(v)
     if not ID_RE.fullmatch(v):
         raise ValueError(f"{v!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit")
+    if len(_GOOD_IDS) >= MAX_GOOD_IDS:
+        _GOOD_IDS.clear()
+    _GOOD_IDS.add(v)
+
+
+#: Identifiers already found valid: nearly every frame names its job, the same few ids over
+#: and over. Bounded (emptied when full), so a peer naming ever new ids costs only the check.
+_GOOD_IDS: set[str] = set()
+MAX_GOOD_IDS = 4096
 
 
 _HOST_BAD = re.compile(r"[ /\[\]@]")
@@ -156,7 +167,13 @@ def _int(lo: int, hi: int) -> Callable[[Any], None]:
         if not lo <= v <= hi:
             raise ValueError(f"is {v}; it must be between {lo} and {hi}")
 
+    _INT_BOUNDS[check] = (lo, hi)
     return check
+
+
+#: The bounds of each check :func:`_int` made: a message's validator tests a plain int in
+#: line (the check itself runs only to word a refusal).
+_INT_BOUNDS: dict[Callable[[Any], None], tuple[int, int]] = {}
 
 
 _request_id = _int(0, MAX_REQUEST_ID)
@@ -177,12 +194,11 @@ def _seconds(lo: float = 0.0, hi: float = MAX_TIMEOUT_S) -> Callable[[Any], None
     return check
 
 
+_HEX_RE = re.compile(r"[0-9a-f]*")
+
+
 def _credential(v: Any) -> None:
-    if (
-        not isinstance(v, str)
-        or len(v) not in (0, CREDENTIAL_HEX)
-        or not all(c in "0123456789abcdef" for c in v)
-    ):
+    if not isinstance(v, str) or len(v) not in (0, CREDENTIAL_HEX) or not _HEX_RE.fullmatch(v):
         raise ValueError(f"must be empty or {CREDENTIAL_HEX} lower-case hex digits")
 
 
@@ -621,11 +637,10 @@ class Message:
     op: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        for name, check in _checks(type(self)):
-            try:
-                check(getattr(self, name))
-            except ValueError as e:
-                raise LocalProtocolError(f"{self.op}.{name} {e}") from None
+        validate = _VALIDATORS.get(type(self))
+        if validate is None:
+            validate = _VALIDATORS[type(self)] = _validator(type(self))
+        validate(self.__dict__)
 
     def to_wire(self) -> dict[str, Any]:
         m: dict[str, Any] = {"op": self.op}
@@ -669,6 +684,45 @@ def _omitted(cls: type) -> dict[str, Any]:
 
 #: With ``every``, fields without a check too (their check is None): the names to_wire sends.
 _CHECKS: dict[tuple[type, bool], list[tuple[str, Any]]] = {}
+
+
+#: Per message class, its fields' checks as one generated function (:func:`_validator`).
+_VALIDATORS: dict[type, Callable[[dict[str, Any]], None]] = {}
+
+
+def _validator(cls: type) -> Callable[[dict[str, Any]], None]:
+    """Every check of ``cls``'s fields in straight-line code, made once per class.
+
+    Every frame is validated on both sides of the wire, and a loop over the fields (a
+    ``getattr`` each) cost about as much as the checks themselves: a plain int within its
+    bounds is tested in line, every other field calls its check. A value some check refuses
+    is checked again field by field, so the error names the field.
+    """
+    checks = _checks(cls)
+    ns: dict[str, Any] = {"_refuse": _refuse, "cls": cls}
+    body = []
+    for i, (name, check) in enumerate(checks):
+        ns[f"c{i}"] = check
+        bounds = _INT_BOUNDS.get(check)
+        if bounds is None:
+            body.append(f"c{i}(d[{name!r}])")
+        else:
+            ns[f"lo{i}"], ns[f"hi{i}"] = bounds
+            body += [f"v = d[{name!r}]", f"if type(v) is not int or not lo{i} <= v <= hi{i}: c{i}(v)"]
+    src = "def validate(d):\n try:\n" + "".join(f"  {line}\n" for line in body or ["pass"])
+    src += " except ValueError:\n  _refuse(cls, d)\n  raise\n"
+    exec(src, ns)  # made here from field names only: no outside input reaches it
+    validate: Callable[[dict[str, Any]], None] = ns["validate"]
+    return validate
+
+
+def _refuse(cls: type, d: dict[str, Any]) -> None:
+    """Raise the refusal of the first field of ``d`` its check refuses, naming the field."""
+    for name, check in _checks(cls):
+        try:
+            check(d[name])
+        except ValueError as e:
+            raise LocalProtocolError(f"{getattr(cls, 'op', '')}.{name} {e}") from None
 
 
 def _checks(cls: type, every: bool = False) -> list[tuple[str, Any]]:
