@@ -60,10 +60,14 @@ from tfcoord.client import messages as m  # noqa: E402
 from tfcoord.client.handshake import Connecting  # noqa: E402
 from tfcoord.client.protocol import NEED_DATA, Connection, decode_spec  # noqa: E402
 
-#: How the coordinator process is started (``TFCOORD_BENCH_PROFILE=FILE`` runs it under cProfile).
+#: How the coordinator process is started: ``TFCOORD_BENCH_PROFILE=FILE`` runs it under
+#: cProfile, ``TFCOORD_BENCH_LOOPTRACE=FILE`` under ``looptrace.py`` (each loop turn and
+#: callback timed), each written when it stops.
 SERVE_PREFIX = (
     [sys.executable, "-m", "cProfile", "-o", os.environ["TFCOORD_BENCH_PROFILE"], "-m", "tfcoord"]
     if os.environ.get("TFCOORD_BENCH_PROFILE")
+    else [sys.executable, str(HERE / "looptrace.py"), os.environ["TFCOORD_BENCH_LOOPTRACE"], "-m", "tfcoord"]
+    if os.environ.get("TFCOORD_BENCH_LOOPTRACE")
     else [sys.executable, "-m", "tfcoord"]
 )
 
