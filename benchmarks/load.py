@@ -2,7 +2,8 @@
 
     python benchmarks/load.py [--nodes 10000] [--jobs 100] [--duration 60] [--clients 2]
                               [--fuzz-seconds 10] [--restart-nodes 1000] [--burst-nodes 10000]
-                              [--hog-core 0] [--phases load,burst,fuzz,restart] [--json]
+                              [--hog-core 0] [--serve-nice=-10,0] [--phases load,burst,fuzz,restart]
+                              [--json]
 
 Each phase runs ``tfcoord serve --state-dir`` as its own process (so its CPU and RSS
 are its own, read from /proc) and prints one JSON line:
@@ -28,6 +29,15 @@ are its own, read from /proc) and prints one JSON line:
   that heartbeat is answered, its requests from the new connection carrying the
   credential its registration answered (as ``NodeClient`` sends it). Figures: kill to
   listening, kill to every node resumed. Goal: < 2 s.
+
+The load and burst phases run once per ``--serve-nice`` value, each with a row of its own
+that names the priority. -10 is how deploy/tfcoord.service runs the coordinator: ``Nice=-10``
+(set before exec, as ``nice -n`` does) in a scheduling group of its own weighted by
+CPUWeight=1000; here its own session is its own group (the kernel's autogroup), weighted
+by the group's nice (-10: 9.3 times the default weight). 0 is the default priority, in the
+benchmark's own group, beside the CPU-bound process. Everything else runs at the default
+priority; each simulating process in a session of its own, as nodes on other hosts do not
+share the coordinator host's scheduling group.
 
 After each phase with a goal comes its row of the results table (``floor.figure``, for
 ``benchmarks/results.py``), with the load average at the end of the measured window.
@@ -90,6 +100,12 @@ TARGET_P99_MS = 10.0
 #: during setup are reported apart (setup_p99_ms).
 SETTLE_S = 5.0
 TARGET_RESUME_S = 2.0
+#: The nice value deploy/tfcoord.service gives ``tfcoord serve`` (``Nice=``): the load and
+#: burst phases run once at it and once at the default priority (``--serve-nice``). At a
+#: nice value other than 0 the coordinator also gets a scheduling group of its own weighted
+#: by it, as the unit's own cgroup is by CPUWeight=1000 (nice -10's weight is 9,548, the
+#: default 1,024; CPUWeight=1000 is 10 times the default 100).
+SERVICE_NICE = -10
 
 
 # -- the coordinator process -----------------------------------------------------------------
@@ -98,8 +114,11 @@ TARGET_RESUME_S = 2.0
 class Coordinator:
     """``tfcoord serve --state-dir`` in a subprocess, restartable on the same port."""
 
-    def __init__(self, tmp: Path, port: int = 0) -> None:
+    def __init__(self, tmp: Path, port: int = 0, nice: int = 0) -> None:
         self.tmp = tmp
+        #: Its nice value: 0 is the default priority; deploy/tfcoord.service runs it at
+        #: ``SERVICE_NICE`` (``--serve-nice``).
+        self.nice = nice
         self.secret_file = tmp / "secret"
         if not self.secret_file.exists():
             auth.write_secret(self.secret_file)
@@ -115,19 +134,38 @@ class Coordinator:
         """Start (again); returns the seconds until it listened."""
         port_file = self.tmp / f"port-{time.monotonic_ns()}"
         t0 = time.monotonic()
+        # As systemd's Nice= does: set before exec, so every thread it starts inherits it.
+        prefix = ["nice", "-n", str(self.nice - os.getpriority(os.PRIO_PROCESS, 0))] if self.nice else []
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
-                serve_command(self.port, port_file, self.secret_file, "--state-dir", str(self.state)),
+                [
+                    *prefix,
+                    *serve_command(self.port, port_file, self.secret_file, "--state-dir", str(self.state)),
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
+                # A unit runs in a scheduling group of its own (its cgroup), weighed against the
+                # other groups by CPUWeight=; here a session of its own is its own group
+                # (the kernel's autogroup), weighed by the group's nice (see ``SERVICE_NICE``).
+                start_new_session=bool(self.nice),
             )
+        if self.nice:
+            _set_group_nice(self.proc.pid, self.nice)
         while not port_file.exists():  # written atomically once it listens
             if self.proc.poll() is not None or time.monotonic() - t0 > 60:
                 raise RuntimeError(f"tfcoord serve did not start:\n{self.log.read_text()[-2000:]}")
             time.sleep(0.002)
         self.listened_at = time.monotonic()
         self.port = int(port_file.read_text())
+        if self.running_nice() != self.nice:
+            raise RuntimeError(
+                f"tfcoord serve runs at nice {self.running_nice()}, not {self.nice}: lowering it needs root (CAP_SYS_NICE)"
+            )
         return self.listened_at - t0
+
+    def running_nice(self) -> int:
+        """The nice value it runs at, from /proc/<pid>/stat."""
+        return int(Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
     @property
     def address(self) -> str:
@@ -160,6 +198,15 @@ class Coordinator:
 
     def errors_logged(self) -> list[str]:
         return [ln for ln in self.log.read_text().splitlines() if " ERROR " in ln or "Traceback" in ln]
+
+
+def _set_group_nice(pid: int, nice: int) -> None:
+    """Weigh ``pid``'s scheduling group (its session's autogroup) as nice ``nice`` weighs a
+    process: -10 is 9.3 times the default weight, as CPUWeight=1000 is 10 times systemd's 100."""
+    path = Path(f"/proc/{pid}/autogroup")
+    if not path.exists():  # a kernel without autogroups: the process's nice is all there is
+        return
+    path.write_text(str(nice))
 
 
 def _spin(core: int) -> None:
@@ -469,6 +516,10 @@ async def _load_worker(pipe: Pipe, port: int, nodes: list[tuple[str, bytes, int]
 
 
 def _worker(target: Callable[..., Any], pipe: Pipe, *args: Any) -> None:
+    # The simulated nodes stand for other hosts: a session of their own is a scheduling group
+    # of their own (the kernel's autogroup), so the CPU-bound process beside the coordinator
+    # competes with the coordinator, not with the simulator inside one shared group.
+    os.setsid()
     _raise_fd_limit()
     random.seed(os.getpid())
     asyncio.run(target(pipe, *args))
@@ -493,10 +544,12 @@ def _recv(pipe: Pipe, timeout_s: float = PHASE_TIMEOUT_S) -> Any:
 # -- phases ----------------------------------------------------------------------------------
 
 
-def run_load(nodes: int, jobs: int, duration_s: float, clients: int, hog_core: int | None) -> dict[str, Any]:
+def run_load(
+    nodes: int, jobs: int, duration_s: float, clients: int, hog_core: int | None, nice: int = 0
+) -> dict[str, Any]:
     _raise_fd_limit()
     with tempfile.TemporaryDirectory() as tmp:
-        coord = Coordinator(Path(tmp))
+        coord = Coordinator(Path(tmp), nice=nice)
         try:
             per_job = nodes // jobs
             with DriverClient(coord.address, coord.secret, owner_key=coord.owner_key) as d:
@@ -547,6 +600,8 @@ def run_load(nodes: int, jobs: int, duration_s: float, clients: int, hog_core: i
             return {
                 "phase": "load",
                 "ok": failures == 0 and states.count("SUCCEEDED") == jobs,
+                "serve_nice": nice,
+                "window_monotonic_s": [round(w0, 3), round(w1, 3)],
                 "connections": per_job * jobs,
                 "jobs": jobs,
                 "duration_s": round(w1 - w0, 1),
@@ -795,7 +850,7 @@ BASELINE_S = 4.0
 RESERVED_FDS = 100
 
 
-def run_burst(jobs: int, per_job: int, burst_nodes: int) -> dict[str, Any]:
+def run_burst(jobs: int, per_job: int, burst_nodes: int, nice: int = 0) -> dict[str, Any]:
     """``jobs`` x ``per_job`` nodes heartbeating while one ``burst_nodes`` job registers."""
     _raise_fd_limit()
     steady_nodes = jobs * per_job
@@ -807,7 +862,7 @@ def run_burst(jobs: int, per_job: int, burst_nodes: int) -> dict[str, Any]:
         raise RuntimeError(f"the descriptor limit leaves no room for {burst_nodes} burst connections")
     per_conn = max(1, -(-steady_nodes // room))
     with tempfile.TemporaryDirectory() as tmp:
-        coord = Coordinator(Path(tmp))
+        coord = Coordinator(Path(tmp), nice=nice)
         procs: list[tuple[multiprocessing.Process, Pipe]] = []
         try:
             with DriverClient(coord.address, coord.secret, owner_key=coord.owner_key) as d:
@@ -868,6 +923,7 @@ def run_burst(jobs: int, per_job: int, burst_nodes: int) -> dict[str, Any]:
                 "phase": "burst",
                 "ok": bool(lat) and not burst_error and result[3] == 0 and steady_ok == jobs
                 and states.get(big) == "READY",
+                "serve_nice": nice, "window_monotonic_s": [round(w0, 3), round(w1, 3)],
                 "steady_jobs": jobs, "steady_nodes": steady_nodes, "steady_connections": len(conns),
                 "nodes_per_connection": per_conn, "burst_nodes": burst_nodes,
                 "burst_all_ready_s": round(burst_s, 3) if burst_s else None,
@@ -1066,9 +1122,17 @@ def figure_row(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] 
         f" {row.get('coordinator_cpu_percent')} % of the window and waited for a CPU"
         f" {row.get('coordinator_cpu_wait_percent')} %"
     )
+    nice = row.get("serve_nice", 0)
+    priority = (
+        f" (tfcoord serve at nice {nice} in a scheduling group of its own, as deploy/tfcoord.service runs it)"
+        if nice == SERVICE_NICE
+        else f" (tfcoord serve at nice {nice} in a scheduling group of its own)"
+        if nice
+        else " (tfcoord serve at the default priority)"
+    )
     if row["phase"] == "load":
         value, goal_ms = row.get("p99_ms"), TARGET_P99_MS
-        name = f"heartbeat p99, {args.nodes:,} steady connections"
+        name = f"heartbeat p99, {args.nodes:,} steady connections{priority}"
         shape = f"{args.jobs} jobs, heartbeat every {DEFAULT_HEARTBEAT_INTERVAL_S:g} s, " + (
             f"a CPU-bound process pinned to core {args.hog_core}"
             if args.hog_core >= 0
@@ -1076,7 +1140,7 @@ def figure_row(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] 
         )
     elif row["phase"] == "burst":
         value, goal_ms = row.get("heartbeat_p99_ms"), TARGET_BURST_P99_MS
-        name = f"heartbeat p99 while {args.burst_nodes:,} nodes register"
+        name = f"heartbeat p99 while {args.burst_nodes:,} nodes register{priority}"
         shape = (
             f"{args.nodes:,} steady nodes in {args.jobs} jobs on {row.get('steady_connections')} connections"
         )
@@ -1119,29 +1183,48 @@ def main() -> int:
     ap.add_argument(
         "--hog-core", type=int, default=0, help="core of the CPU-bound process in the load phase (-1: none)"
     )
+    ap.add_argument(
+        "--serve-nice",
+        default=f"{SERVICE_NICE},0",
+        help="comma list of nice values to run the load and burst phases' tfcoord serve at, each "
+        f"its own run and row ({SERVICE_NICE}: as deploy/tfcoord.service runs it; 0: the default priority; "
+        "below 0 needs root)",
+    )
     ap.add_argument("--json", action="store_true", help="print JSON lines only")
     args = ap.parse_args()
     if args.nodes % args.jobs:
         ap.error("--nodes must be a multiple of --jobs")
-    runs = {
-        "load": lambda: run_load(
-            args.nodes, args.jobs, args.duration, args.clients, args.hog_core if args.hog_core >= 0 else None
+    try:
+        nices = [int(n) for n in args.serve_nice.split(",")]
+    except ValueError:
+        ap.error(f"--serve-nice takes a comma list of integers, not {args.serve_nice!r}")
+    runs: dict[str, Callable[[int], dict[str, Any]]] = {
+        "load": lambda nice: run_load(
+            args.nodes,
+            args.jobs,
+            args.duration,
+            args.clients,
+            args.hog_core if args.hog_core >= 0 else None,
+            nice,
         ),
-        "fuzz": lambda: run_fuzz(args.fuzz_seconds, args.clients),
-        "restart": lambda: run_restart(args.restart_nodes),
-        "burst": lambda: run_burst(args.jobs, args.nodes // args.jobs, args.burst_nodes),
+        "fuzz": lambda _: run_fuzz(args.fuzz_seconds, args.clients),
+        "restart": lambda _: run_restart(args.restart_nodes),
+        "burst": lambda nice: run_burst(args.jobs, args.nodes // args.jobs, args.burst_nodes, nice),
     }
     rows = []
     for phase in args.phases.split(","):
-        try:
-            row = runs[phase]()
-        except Exception as e:
-            row = {"phase": phase, "ok": False, "error": f"{type(e).__name__}: {e}"}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        fig = figure_row(row, args)
-        if fig is not None:
-            print(json.dumps(fig), flush=True)
+        if phase not in runs:
+            ap.error(f"unknown phase {phase!r}; the phases are {', '.join(runs)}")
+        for nice in nices if phase in ("load", "burst") else [0]:
+            try:
+                row = runs[phase](nice)
+            except Exception as e:
+                row = {"phase": phase, "ok": False, "serve_nice": nice, "error": f"{type(e).__name__}: {e}"}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            fig = figure_row(row, args)
+            if fig is not None:
+                print(json.dumps(fig), flush=True)
     if not args.json:
         for r in rows:
             print(

@@ -1,7 +1,7 @@
 """deploy/: what can be checked without systemd as PID 1 or a container engine.
 
 - the unit passes ``systemd-analyze verify`` (where systemd-analyze exists) and has the
-  directives operators rely on;
+  directives operators rely on, its CPU priority the one the load benchmark names;
 - every variable of the example environment file is a ``tfcoord serve`` flag that
   ``serve`` reads itself (the unit's ExecStart names none), and the configuration really
   starts: run with only the ports and paths moved to a temporary directory, it sends
@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -83,6 +84,22 @@ def test_unit_has_readiness_restart_state_directory_and_hardening():
         "EnvironmentFile": "/etc/tfcoord/tfcoord.env",
     }.items():
         assert d.get(key) == [value], key
+
+
+def test_unit_runs_the_coordinator_ahead_of_batch_work_as_the_load_benchmark_does():
+    """The heartbeat goals' rows name the priority the benchmark ran ``tfcoord serve`` at;
+    the one they call the unit's must be the unit's (benchmarks/load.py ``SERVICE_NICE``)."""
+    d = unit_directives(UNIT.read_text())
+    assert int(d["CPUWeight"][0]) > 100  # systemd's default weight is 100
+    tree = ast.parse((ROOT / "benchmarks" / "load.py").read_text())
+    (service_nice,) = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "SERVICE_NICE" for t in node.targets)
+    ]
+    assert d["Nice"] == [str(ast.literal_eval(service_nice))]
+    assert int(d["Nice"][0]) < 0
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
