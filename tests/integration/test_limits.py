@@ -6,6 +6,9 @@ frame naming that limit, while a well-behaved client keeps working meanwhile.
 
 from __future__ import annotations
 
+import errno
+import select
+import signal
 import socket
 import struct
 import subprocess
@@ -18,7 +21,7 @@ import pytest
 
 from tfcoord.client import DriverClient, JobSpec, auth, make_roles
 from tfcoord.client import messages as m
-from tfcoord.client.protocol import Connection
+from tfcoord.client.protocol import NEED_DATA, Connection
 from tfcoord.coordinator.embedded import EmbeddedCoordinator
 from tfcoord.coordinator.server import MAX_PENDING_PER_CONNECTION
 
@@ -415,3 +418,50 @@ def test_hellos_sent_on_time_are_answered_though_they_waited_in_the_coordinators
         for r in raws:
             r.close()
         c.stop()
+
+
+def test_connections_queue_in_the_kernel_while_the_coordinator_accepts_a_few_per_turn(tmp_path):
+    """asyncio listens with the backlog it accepts per turn (``ACCEPTS_PER_TURN``, kept small so
+    a burst's accepts cannot make one long turn); the coordinator lengthens the kernel's queue
+    again (``LISTEN_BACKLOG``). With the process stopped, nothing is accepted: every connect
+    still completes in the kernel's queue (a short queue drops the SYNs beyond it), and each
+    connection is greeted once the process runs again."""
+    from tfcoord.coordinator.server import ACCEPTS_PER_TURN, LISTEN_BACKLOG
+
+    from .served import Served
+
+    count = 8 * ACCEPTS_PER_TURN
+    assert count < LISTEN_BACKLOG
+    served = Served(tmp_path, "--max-unauthenticated-per-source", str(count))
+    socks: list[socket.socket] = []
+    try:
+        served.proc.send_signal(signal.SIGSTOP)
+        for _ in range(count):
+            s = socket.socket()
+            s.setblocking(False)
+            assert s.connect_ex(("127.0.0.1", served.port)) in (0, errno.EINPROGRESS)
+            socks.append(s)
+        pending = set(socks)
+        deadline = time.monotonic() + 10.0
+        while pending and time.monotonic() < deadline:
+            _, writable, _ = select.select([], list(pending), [], deadline - time.monotonic())
+            pending -= set(writable)
+        assert not pending, (
+            f"{len(pending)} of {count} connects did not complete while the coordinator was stopped"
+        )
+        assert all(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for s in socks)
+        served.proc.send_signal(signal.SIGCONT)
+        for s in socks:
+            s.setblocking(True)
+            s.settimeout(30)
+            conn = Connection()
+            while (msg := conn.next_event()) is NEED_DATA:
+                data = s.recv(4096)
+                assert data, "closed before the challenge"
+                conn.receive_data(data)
+            assert isinstance(msg, m.Challenge)
+    finally:
+        served.proc.send_signal(signal.SIGCONT)
+        for s in socks:
+            s.close()
+        served.stop()

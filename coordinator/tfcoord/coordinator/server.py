@@ -29,7 +29,7 @@ import ssl
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -111,13 +111,38 @@ _LIVENESS = frozenset(
 #: Requests read and handled whatever the bulk budget says (see ``bulk_allowed``).
 _LIVENESS_OPS = frozenset({m.Heartbeat, m.Report})
 #: Bulk work (handshakes, registrations, waits) per event-loop turn, and the time spent
-#: writing committed replies per turn. A heartbeat that arrives during a registration
-#: burst waits at most about one turn: these two, plus the turn's liveness traffic, plus
-#: what arrives meanwhile (accepts, reads of requests that then wait), which grows with
-#: the budgets. 10 ms each gave turns of 40-80 ms in a 10,000-node burst; 5 ms halves
-#: them at the same throughput (docs/benchmarks.md, Fairness).
-BULK_BUDGET_S = 0.005
-WRITE_BUDGET_S = 0.005
+#: writing committed replies per turn. Both run after the turn's reads (``_after_reads``),
+#: so a heartbeat waits for at most the rest of the turn it arrived in: these two, the
+#: accepts, and the reads of everything that arrived during the turn before, which grow
+#: with the turn. 10 ms each gave turns of 40-80 ms in a 10,000-node burst, 5 ms about
+#: half that; at 2 ms (with the accepts capped below and the reads first) the burst's
+#: turns were 12-18 ms of CPU at p99 where they were 30-37 ms, and the burst took as long
+#: (docs/benchmarks.md, Fairness).
+BULK_BUDGET_S = 0.002
+WRITE_BUDGET_S = 0.002
+#: The kernel's queue of connections not yet accepted: a burst of 10,000 nodes from a few
+#: hosts arrives faster than the coordinator accepts, and a full queue drops SYNs (each a
+#: 1 s retransmit for its node).
+LISTEN_BACKLOG = 4096
+#: Connections accepted per loop turn. asyncio accepts as many per turn as the backlog it is
+#: given, each with a task, a transport and a challenge (about 65 us): a queue of hundreds
+#: at once was a turn of tens of milliseconds that every heartbeat waited behind. The rest
+#: wait in the kernel's queue for the next turns.
+ACCEPTS_PER_TURN = 16
+
+
+def _after_reads(callback: Callable[[], None]) -> None:
+    """Run ``callback`` in the next loop turn, after that turn's reads and accepts.
+
+    asyncio runs a turn's callbacks in this order: those scheduled with ``call_soon`` during
+    the turn before, then the reads and accepts its select found, then the timers due. The
+    budgeted work (bulk requests, committed replies) scheduled with ``call_soon`` ran ahead
+    of the reads, so a heartbeat that arrived during one turn's budgets waited for the next
+    turn's budgets as well; as a timer due at once it runs after the next turn's reads, and
+    a heartbeat waits for at most the rest of the turn it arrived in.
+    """
+    loop = asyncio.get_running_loop()
+    loop.call_at(loop.time(), callback)
 
 
 def per_source_budget(max_unauthenticated: int, per_source: int | None = None) -> int:
@@ -827,7 +852,9 @@ class CoordinatorServer:
             self._accept_errors = _AcceptErrorLog(loop)
             loop.set_exception_handler(self._accept_errors)
         if self.config.sock is not None:
-            self._server = await loop.create_server(self._new_peer, sock=self.config.sock, backlog=4096)
+            self._server = await loop.create_server(
+                self._new_peer, sock=self.config.sock, backlog=ACCEPTS_PER_TURN
+            )
         else:
             self._server = await loop.create_server(
                 self._new_peer,
@@ -835,8 +862,13 @@ class CoordinatorServer:
                 self.config.port,
                 # No ssl= here: each peer starts TLS itself once it is counted (_Peer.connection_made).
                 reuse_address=True,
-                backlog=4096,
+                backlog=ACCEPTS_PER_TURN,
             )
+        # asyncio listened with the backlog it accepts per turn; the kernel's queue is made
+        # long again (listen on a listening socket only sets its backlog).
+        for listening in self._server.sockets:
+            with listening.dup() as sock:
+                sock.listen(LISTEN_BACKLOG)
         sockname = self._server.sockets[0].getsockname()
         self._arm_timer()
         if self._keeper is not None:
@@ -1028,7 +1060,7 @@ class CoordinatorServer:
         now = time.perf_counter()
         if self._bulk_until is None:
             self._bulk_until = now + BULK_BUDGET_S
-            asyncio.get_running_loop().call_soon(self._next_turn)
+            _after_reads(self._next_turn)
             return True
         return now < self._bulk_until
 
@@ -1183,7 +1215,7 @@ class CoordinatorServer:
         if self._dirty:
             self._dirty = {job: n for job, n in self._dirty.items() if n > upto}
         self._ready_out += outbox
-        self._write_out()
+        self._schedule_write_out()
 
     def _write_out(self, everything: bool = False) -> None:
         """Write committed replies in order, at most ``WRITE_BUDGET_S`` of them per loop
@@ -1197,9 +1229,13 @@ class CoordinatorServer:
             n += 1
             if not everything and n % 16 == 0 and time.perf_counter() >= until:
                 break
-        if out and not self._write_out_scheduled:
+        if out:
+            self._schedule_write_out()
+
+    def _schedule_write_out(self) -> None:
+        if self._ready_out and not self._write_out_scheduled:
             self._write_out_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_out_later)
+            _after_reads(self._write_out_later)
 
     def _write_out_later(self) -> None:
         self._write_out_scheduled = False
