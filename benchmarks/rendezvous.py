@@ -363,6 +363,15 @@ def run_tfcoord(nodes: int) -> dict:
             proc.wait(timeout=30)
 
 
+def _absolute_goal(row: dict) -> str:
+    """Issue 28's 10,000-node goal beside what this run measured (median and p95 of its runs)."""
+    if not row.get("ok") or "all_ready_s_p95" not in row:
+        return "goal also: median < 1 s, p95 < 1.5 s (needs --repeats > 1)"
+    med, p95 = row["all_ready_s_median"], row["all_ready_s_p95"]
+    met = "met" if med < 1.0 and p95 < 1.5 else "not met"
+    return f"goal also: median < 1 s, p95 < 1.5 s: median {med:.2f} s, p95 {p95:.2f} s ({met})"
+
+
 def _rank(sorted_values: list[float], q: float) -> float:
     """The nearest-rank ``q`` quantile: the smallest value at or above a ``q`` share of runs."""
     return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
@@ -453,11 +462,16 @@ def main() -> int:
             floor=ours["floor_s"],
             anchor=theirs["all_ready_s"] if theirs and theirs.get("ok") else None,
             anchor_name="TensorFlowOnSpark 2.2.5 reservation server",
-            goal=2.0,
+            # Issue 28's goals: within 2x the floor at 1,000 and 10,000 nodes (none at fewer,
+            # where the fixed costs of one connection's set-up dominate a few milliseconds).
+            goal=2.0 if n >= 1000 else None,
             shape=f"{n:,} simulated nodes on one epoll, tfcoord serve in its own process"
             + (f", median of {args.repeats}" if args.repeats > 1 else ""),
             loadavg=ours["loadavg"],
+            note=_absolute_goal(ours) if n >= 10_000 else "",
         )
+        if n >= 10_000 and row["goal_met"]:  # met only if the absolute goal is met as well
+            row["goal_met"] = row["note"].endswith("(met)")
         print(json.dumps(row), flush=True)
     if not args.json:
         print(f"\n{'system':<28}{'nodes':>7}{'all_ready_s':>13}{'rss_mb':>9}", file=sys.stderr)

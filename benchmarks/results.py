@@ -59,6 +59,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         unit = r["unit"]
         if r.get("goal_ratio_to_floor") is not None:
             goal = ("≥ " if r["higher_is_better"] else "≤ ") + f"{r['goal_ratio_to_floor']:g}x floor"
+            if r.get("note"):
+                goal += f"; {r['note']}"
         else:
             goal = r.get("note") or "—"
         met = {True: "yes", False: "**no**", None: "—"}[r.get("goal_met")]
