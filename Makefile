@@ -129,7 +129,8 @@ bench-recovery: $(STAMP)
 	$(PY) benchmarks/recovery.py --engines local,spark --json > $(BENCH_OUT)/recovery.json && cat $(BENCH_OUT)/recovery.json
 
 ## 10,000 heartbeating connections and 100 jobs with a CPU-bound process on core 0, the same
-## while a 10,000-node job registers, hostile frames, restart to resumed.
+## while a 10,000-node job registers (each with tfcoord serve as deploy/tfcoord.service runs
+## it and at the default priority), hostile frames, restart to resumed.
 bench-load: $(STAMP)
 	mkdir -p $(BENCH_OUT)
 	$(PY) benchmarks/load.py --json > $(BENCH_OUT)/load.json && cat $(BENCH_OUT)/load.json
