@@ -1022,12 +1022,18 @@ def test_a_task_lost_mid_run_is_placed_again_and_the_job_restarts_from_its_check
         text=True,
         cwd=ROOT,
     )
-    with proc:
+    try:
         with open(tmp_path / "hold") as fifo:  # worker 1 holds at step 5 of generation 0
             fifo.read()
         [lost] = [tid for tid in master.master.tasks if tid.endswith(".1.0")]
         master.call(master.master.fail_task(lost, "TASK_LOST", "agent went away"))
-        stdout, stderr = proc.communicate(timeout=120)
+        stdout, stderr = proc.communicate(timeout=100)
+    finally:
+        # Whatever failed (this test's timeout included), the submission does not outlive it:
+        # `with proc:` would wait for it without a limit.
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 0, stderr[-4000:]
     status = json.loads(stdout)
     assert status["state"] == "SUCCEEDED" and status["generation"] == 1
