@@ -23,7 +23,10 @@ REDACTED = "*********(redacted)"
 
 def read_settings(sc: Any) -> dict[str, str]:
     """Every setting of ``sc``'s application, as ``sc.getConf().getAll()`` gives them."""
-    jconf = sc._jsc.sc().conf()  # the live SparkConf (``getConf()`` would clone it)
+    jsc = getattr(sc, "_jsc", None)
+    if jsc is None:  # not a live SparkContext: anything that offers SparkContext's getConf()
+        return dict(sc.getConf().getAll())
+    jconf = jsc.sc().conf()  # the live SparkConf (``getConf()`` would clone it)
     text: str = jconf.toDebugString()
     lines = text.split("\n") if text else []
     if len(lines) != len(jconf.getAll()) or any("=" not in line for line in lines):
