@@ -711,7 +711,9 @@ def _validator(cls: type) -> Callable[[dict[str, Any]], None]:
             body += [f"v = d[{name!r}]", f"if type(v) is not int or not lo{i} <= v <= hi{i}: c{i}(v)"]
     src = "def validate(d):\n try:\n" + "".join(f"  {line}\n" for line in body or ["pass"])
     src += " except ValueError:\n  _refuse(cls, d)\n  raise\n"
-    exec(src, ns)  # made here from field names only: no outside input reaches it
+    # Made here from field names only: no outside input reaches it. Compiled first: see
+    # replies._compile (exec() of a string and a Ctrl-C that passes through it).
+    exec(compile(src, f"<{cls.__name__} validator>", "exec"), ns)
     validate: Callable[[dict[str, Any]], None] = ns["validate"]
     return validate
 

@@ -217,7 +217,10 @@ def _compile(name: str, fields: tuple[WireField, ...]) -> Callable[[Answer], dic
         else:
             lines.append(f"    out[{f.name!r}] = {value}")
     lines.append("    return out")
-    exec("\n".join(lines), env)  # code made here from field names only, as dataclasses do
+    # Code made here from field names only, as dataclasses do; compiled first because
+    # exec() of a string marks a KeyboardInterrupt that passes through it as unhandled in
+    # CPython 3.11, and the process then dies by SIGINT however the program handled it.
+    exec(compile("\n".join(lines), f"<{name}.to_wire>", "exec"), env)
     encode: Callable[[Answer], dict[str, Any]] = env["encode"]
     encode.__qualname__ = f"{name}.to_wire"
     return encode
