@@ -206,7 +206,13 @@ def _set_group_nice(pid: int, nice: int) -> None:
     path = Path(f"/proc/{pid}/autogroup")
     if not path.exists():  # a kernel without autogroups: the process's nice is all there is
         return
-    path.write_text(str(nice))
+    try:
+        path.write_text(str(nice))
+    except PermissionError:
+        raise RuntimeError(
+            f"cannot weigh tfcoord serve's scheduling group as nice {nice}: that needs root "
+            "(CAP_SYS_NICE); run as root, or --serve-nice 0 for the default priority alone"
+        ) from None
 
 
 def _spin(core: int) -> None:

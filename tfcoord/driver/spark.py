@@ -81,12 +81,6 @@ class InputMode:
     SPARK = 1  #: Spark feeds RDD partitions to the nodes (cluster.train / inference)
 
 
-def _settings(sc: Any) -> dict[str, str]:
-    """The application's Spark configuration, read once (run() consults it five times) and
-    in a few Py4J calls (``sparkconf``)."""
-    return sparkconf.read_settings(sc)
-
-
 def _coordinator(
     conf: Mapping[str, str],
     address: str | None,
@@ -167,7 +161,9 @@ def restart_policy(
     Raises:
         ValueError: a key's value is not a number (or not a RestartOn), naming the key.
     """
-    return _restart_policy(_settings(sc), max_restarts, restart_on, restart_backoff_s, deadline_s)
+    return _restart_policy(
+        sparkconf.read_settings(sc), max_restarts, restart_on, restart_backoff_s, deadline_s
+    )
 
 
 def _restart_policy(
@@ -344,7 +340,7 @@ def run(
     roles = cluster_roles(num_executors, num_ps, master_node, eval_node)
     if isinstance(queues, str) or not all(isinstance(q, str) and q for q in queues):
         raise ValueError(f"queues must be a list of queue names, not {queues!r}")
-    conf = _settings(sc)
+    conf = sparkconf.read_settings(sc)
     given, profiles = _role_profiles(sc, conf, role_resources, roles, driver_ps_nodes)
     # Every node on an executor is a Spark task and all must run at once: refused now, with
     # the numbers, rather than after the reservation timeout (roles with resources of their
@@ -1156,7 +1152,7 @@ def _expected_slots(sc: Any) -> int | None:
 
 def _configured_slots(sc: Any, conf: Mapping[str, str] | None = None) -> capacity.Slots | None:
     """The task slots the configuration asks for (``conf``: the settings run() read already)."""
-    settings = _settings(sc) if conf is None else conf
+    settings = sparkconf.read_settings(sc) if conf is None else conf
     return capacity.configured_slots(settings.get, sc.master or "", len(os.sched_getaffinity(0)))
 
 
