@@ -126,15 +126,22 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(coordinator, tmp
     assert took < 30, f"a child ignoring SIGTERM was not killed after the 0.5 s grace ({took:.1f} s)"
 
 
-def test_a_node_outlives_the_call_that_started_it_and_stops_on_request(coordinator):
+def test_a_node_outlives_the_call_that_started_it_and_stops_on_request(coordinator, tmp_path: Path):
+    go = tmp_path / "go"
+    os.mkfifo(go)
     with DriverClient(coordinator.address, coordinator.secret) as d:
         job = d.submit(JobSpec(roles=make_roles(1, 1), reservation_timeout_s=30))
         ps = NodeSupervisor(_config(coordinator, d, job, 0), _python("import time; time.sleep(600)")).start()
         # start() returned: registered, the rest of the cluster not there yet.
         assert [n["state"] for n in d.status(job)["nodes"]] == ["REGISTERED"]
         assert not ps.done
-        worker = NodeSupervisor(_config(coordinator, d, job, 1), _python("pass")).start()
+        # The worker ends only once the ps runs: a job's ps is stopped as soon as its workers
+        # end, and one told to stop before it launched its child never runs at all.
+        worker = NodeSupervisor(
+            _config(coordinator, d, job, 1), _python("import os; open(os.environ['GO']).read()", GO=str(go))
+        ).start()
         assert ps.wait_running(WAIT_S)
+        go.write_text("go")
         assert worker.wait(WAIT_S).state == SUCCEEDED
         # The worker is done and the job is over: the coordinator stops the ps.
         assert ps.wait(WAIT_S).state == STOPPED
