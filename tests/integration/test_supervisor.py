@@ -185,6 +185,9 @@ def _returns_loss(args, ctx):
 
 def _reports(args, ctx):
     for step in range(1, 6):
+        if step == 5:  # held until the test saw step 4 arrive: the series has a point before the last
+            with open(args["half"]) as half:
+                half.read()
         assert ctx.report(step=step, loss=1.0 / step) or step > 1  # the first is always passed on
         time.sleep(0.06)  # past the work's own write limit, so each of these is written
     with open(args["go"]) as go:  # held until the test saw the figures arrive
@@ -250,19 +253,27 @@ def test_forked_map_fun_traceback_fails_the_job(coordinator):
 
 
 def test_ctx_report_reaches_status_and_the_series_and_a_command_reports_too(coordinator, tmp_path: Path):
-    go = tmp_path / "go"
+    go, half = tmp_path / "go", tmp_path / "half"
     os.mkfifo(go)
+    os.mkfifo(half)
     with DriverClient(coordinator.address, coordinator.secret) as d:
         job = d.submit(js := JobSpec(roles=make_roles(1), reservation_timeout_s=30))
-        spec = _spec(coordinator, d, job, js, _reports, {"go": str(go)})
+        spec = _spec(coordinator, d, job, js, _reports, {"go": str(go), "half": str(half)})
         node = start_node(dataclasses.replace(spec, report_interval_s=0.1), 0)
         # Figures change no version (they are no state change): a watch with the status's
         # report count is answered by the next report too.
         deadline = time.monotonic() + WAIT_S
         st = d.status(job)
-        while not (st.nodes and st.nodes[0].figures.get("step") == 5):
-            assert time.monotonic() < deadline, f"figures at the deadline: {st.nodes and st.nodes[0].figures}"
-            st = d.watch(job, st.version, deadline - time.monotonic(), reports=st.reports)
+        for step in (4, 5):
+            # The supervisor sends only the newest figures each interval: a sender held past
+            # the work's last report would send one point only, so step 5 waits for step 4's.
+            while not (st.nodes and st.nodes[0].figures.get("step") == step):
+                assert time.monotonic() < deadline, (
+                    f"figures at the deadline: {st.nodes and st.nodes[0].figures}"
+                )
+                st = d.watch(job, st.version, deadline - time.monotonic(), reports=st.reports)
+            if step == 4:
+                half.write_text("go")
         assert st.nodes[0].figures == {"step": 5, "loss": 0.2}
         go.write_text("go")
         assert node.wait(WAIT_S).state == SUCCEEDED
@@ -271,16 +282,25 @@ def test_ctx_report_reaches_status_and_the_series_and_a_command_reports_too(coor
     assert steps == sorted(steps) and steps[-1] == 5 and len(points) >= 2  # coalesced, in order
 
     code = (
-        "from tfcoord.node.reporting import report\n"
+        "import time\n"
+        "from tfcoord.node.reporting import MIN_WRITE_INTERVAL_S, report\n"
+        "t0 = time.monotonic()\n"
         "assert report(step=7, examples_per_s=125.5)\n"
-        "report(step=8)  # within the write limit: dropped; 7 is what arrives\n"
+        "written = report(step=8)\n"
+        "held = time.monotonic() - t0 >= MIN_WRITE_INTERVAL_S\n"
+        "# Within the write limit step 8 is dropped and 7 is what arrives; only a process held\n"
+        "# past the limit between the two calls (a loaded machine) may write it.\n"
+        "assert held or not written, 'step 8 was written within the write limit'\n"
+        "print('step 8', 'written' if written else 'dropped', flush=True)\n"
     )
     with DriverClient(coordinator.address, coordinator.secret) as d:
         job = d.submit(JobSpec(roles=make_roles(1), reservation_timeout_s=30))
         sup = NodeSupervisor(_config(coordinator, d, job, 0, report_interval_s=5.0), _python(code))
         assert sup.run().state == SUCCEEDED  # the last figures are sent as the node ends, not 5 s later
         status = d.await_job(job, WAIT_S)
-    assert status["nodes"][0]["figures"] == {"step": 7, "examples_per_s": 125.5}
+        [(_, _, _, _, said)] = d.logs(job)["lines"]
+    last = {"step": 8} if said == "step 8 written" else {"step": 7, "examples_per_s": 125.5}
+    assert said in ("step 8 written", "step 8 dropped") and status["nodes"][0]["figures"] == last
 
 
 def test_the_supervisor_reports_its_works_cpu_and_memory_while_it_runs(coordinator, tmp_path: Path):
