@@ -7,6 +7,7 @@ Mesos task images can load it without aiohttp, pyspark or TensorFlow.
 from .client import Client, ClusterInfo, DriverClient, NodeClient
 from .errors import (
     AuthenticationFailed,
+    ClusterRestarted,
     ConnectionClosed,
     DeadlineExceeded,
     LocalProtocolError,
@@ -29,6 +30,7 @@ __all__ = [
     "AuthenticationFailed",
     "Client",
     "ClusterInfo",
+    "ClusterRestarted",
     "ConnectionClosed",
     "DeadlineExceeded",
     "DriverClient",

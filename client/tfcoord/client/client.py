@@ -32,6 +32,7 @@ from . import auth, handshake, tls
 from . import messages as m
 from .errors import (
     AuthenticationFailed,
+    ClusterRestarted,
     ConnectionClosed,
     DeadlineExceeded,
     ProtocolError,
@@ -781,6 +782,8 @@ class NodeClient(Client):
         self.restart_to: int | None = None
         self.restart_backoff_s = 0.0
         self._on_stop: Callable[[str], None] | None = None
+        #: Orders a stop answer's "is it about my generation?" against :meth:`rejoin`.
+        self._generation_lock = threading.Lock()
         self._rewatch = False
         self._hb_interval_s = DEFAULT_HEARTBEAT_INTERVAL_S
         self.stop_event = threading.Event()
@@ -809,6 +812,22 @@ class NodeClient(Client):
             return dataclasses.replace(msg, credential=self.credential)  # type: ignore[call-arg]
         return msg
 
+    def _of_generation(self, build: Callable[[int], m.Request], timeout_s: float | None = None) -> m.Message:
+        """Send a request of this node's generation. Refused as stale: the job restarted its
+        cluster after this node's last answer and before this request (a peer was lost while
+        this node forked its work, say). The node then asks where the job is, with a heartbeat
+        of the generation it is in, which is answered as its stop watch is (stop, and rejoin
+        generation N after the backoff), and raises :class:`ClusterRestarted`: without that
+        answer it could only exit, and the new generation would wait for it in vain."""
+        generation = self.generation
+        try:
+            return self.request(build, timeout_s)
+        except RequestRejected as e:
+            if e.code != ErrorCode.STALE_GENERATION or generation != self.generation:
+                raise
+            self.heartbeat()
+            raise ClusterRestarted(e.code, e.message, self.restart_to) from None
+
     def register(
         self,
         host: str,
@@ -819,10 +838,15 @@ class NodeClient(Client):
         meta: Mapping[str, Any] | None = None,
     ) -> Registration:
         """Claim this node's slot (in the generation :meth:`rejoin` named, else the job's
-        current one); returns the role and index it holds, and its generation."""
+        current one); returns the role and index it holds, and its generation.
+
+        Raises:
+            ClusterRestarted: the generation to rejoin is over already (the job restarted its
+                cluster again meanwhile).
+        """
         join, job = self._join, self.job
         assert job is not None  # a node's client always names its job
-        reply = self.request(
+        reply = self._of_generation(
             lambda i: m.Register(
                 id=i,
                 job=job,
@@ -850,10 +874,11 @@ class NodeClient(Client):
 
         Raises:
             DeadlineExceeded: not complete in time; the message names who is missing.
+            ClusterRestarted: the job restarted its cluster before the request arrived.
             RequestRejected: the job failed or was stopped meanwhile.
         """
         try:
-            reply = self.request(
+            reply = self._of_generation(
                 lambda i: m.AwaitCluster(id=i, timeout_s=timeout_s, **self._ids()), timeout_s + REPLY_SLACK_S
             )
         except RequestRejected as e:
@@ -872,11 +897,15 @@ class NodeClient(Client):
         exit_code: int = 0,
     ) -> Reported:
         """Report RUNNING, SUCCEEDED, FAILED (with error text and the work's exit status,
-        negative for a signal: it decides whether the failure restarts the cluster) or STOPPED."""
+        negative for a signal: it decides whether the failure restarts the cluster) or STOPPED.
+
+        Raises:
+            ClusterRestarted: the job restarted its cluster before the report arrived.
+        """
         if len(error) > m.MAX_ERROR_LEN:  # keep the tail: the end of a traceback says what broke
             error = "...\n" + error[-(m.MAX_ERROR_LEN - 4) :]
         code = max(-255, min(255, exit_code))
-        reply = self.request(
+        reply = self._of_generation(
             lambda i: m.Report(
                 id=i,
                 state=NodeState(state.upper()),
@@ -926,11 +955,12 @@ class NodeClient(Client):
     def _answered(self, answer: StopAnswer, generation: int) -> None:
         """A stop answer to a request made in ``generation``: an answer about a generation
         this node already left (it rejoined meanwhile) says nothing about the new one."""
-        if not answer.stop or generation != self.generation:
-            return
-        if answer.restart >= 0 and self.restart_to is None:
-            self.restart_to, self.restart_backoff_s = answer.restart, answer.backoff_s
-        self._stop(answer.reason)
+        with self._generation_lock:
+            if not answer.stop or generation != self.generation:
+                return
+            if answer.restart >= 0 and self.restart_to is None:
+                self.restart_to, self.restart_backoff_s = answer.restart, answer.backoff_s
+            self._stop(answer.reason)
 
     def rejoin(self) -> int:
         """After a stop that restarts the job's cluster (``restart_to``): forget the stop and
@@ -940,12 +970,15 @@ class NodeClient(Client):
         Raises:
             RuntimeError: the node was not told to restart.
         """
-        if self.restart_to is None:
-            raise RuntimeError("rejoin() without a restart: the coordinator did not ask this node to rejoin")
-        self._join, self.restart_to = self.restart_to, None
-        self.generation = self._join
-        self.stop_reason = ""
-        self.stop_event.clear()
+        with self._generation_lock:
+            if self.restart_to is None:
+                raise RuntimeError(
+                    "rejoin() without a restart: the coordinator did not ask this node to rejoin"
+                )
+            self._join, self.restart_to = self.restart_to, None
+            self.generation = self._join
+            self.stop_reason = ""
+            self.stop_event.clear()
         # The stop watch starts again once registered: until then the slot is empty, and
         # an empty slot's answer is "stop".
         self._rewatch = self._hb_thread is not None

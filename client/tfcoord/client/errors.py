@@ -58,5 +58,17 @@ class RequestRejected(TfcoordError):
         self.message = message
 
 
+class ClusterRestarted(RequestRejected):
+    """A request of a cluster generation the job has already left: the job restarted its
+    cluster (a peer was lost) between this node's requests, and the coordinator refused the
+    request as ``stale_generation``. The node client has asked where the job is now, as its
+    stop watch would have told it: ``restart_to`` is the generation to rejoin (see
+    ``NodeClient.rejoin``), or None when the job is ending and the node should only stop."""
+
+    def __init__(self, code: str, message: str, restart_to: int | None) -> None:
+        super().__init__(code, message)
+        self.restart_to = restart_to
+
+
 class DeadlineExceeded(TfcoordError, TimeoutError):
     """A wait passed its deadline; the message says what was being waited for."""

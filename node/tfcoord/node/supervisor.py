@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tfcoord.client import NodeClient, RequestRejected, TfcoordError
+from tfcoord.client import ClusterRestarted, NodeClient, RequestRejected, TfcoordError
 from tfcoord.client import messages as m
 from tfcoord.client.client import DEFAULT_REQUEST_TIMEOUT_S, ClusterInfo
 from tfcoord.client.vocab import NodeState
@@ -238,6 +238,9 @@ class NodeSupervisor:
         self.client: NodeClient | None = None
         self._lock = threading.Lock()  # orders "launch unless stopping" against "stop what runs"
         self._launched = False
+        #: One more for each generation of the cluster this node rejoins: a stop or a reaper of
+        #: an earlier generation never reaches the child of a later one.
+        self._epoch = 0
         self._stop = threading.Event()  # told to stop, by the coordinator or by stop()
         self._local_reason = ""  # stop()'s reason: the coordinator did not ask, so say why
         self._local_stop = threading.Event()  # stop() was called (not the coordinator's stop)
@@ -384,15 +387,21 @@ class NodeSupervisor:
         meta: Meta = {"pid": os.getpid(), "gpu_source": gpus.source}
         meta.update(self.child.prepare(host, client))
         while True:
-            reg = client.register(host, port.port, gpus=gpus.uuids, task_id=cfg.task_id, meta=meta)
-            self.role, self.index = reg.role, reg.index
-            self._may_restart = reg.restarts < reg.max_restarts
-            self.node = f"{self.role}:{self.index} (executor {cfg.executor_id}, host {host})"
-            if not self._was_registered:
-                client.start_heartbeats(cfg.heartbeat_interval_s, on_stop=self._on_stop)
-                self._was_registered = True
-                self._registered.set()
-            outcome = self._generation(client, port, gpus)
+            try:
+                reg = client.register(host, port.port, gpus=gpus.uuids, task_id=cfg.task_id, meta=meta)
+            except ClusterRestarted:
+                # The job restarted its cluster again while this node waited out its backoff:
+                # it rejoins the newer generation (or stops, if the job is ending).
+                outcome = NodeOutcome(STOPPED, self.role, self.index, client.stop_reason)
+            else:
+                self.role, self.index = reg.role, reg.index
+                self._may_restart = reg.restarts < reg.max_restarts
+                self.node = f"{self.role}:{self.index} (executor {cfg.executor_id}, host {host})"
+                if not self._was_registered:
+                    client.start_heartbeats(cfg.heartbeat_interval_s, on_stop=self._on_stop)
+                    self._was_registered = True
+                    self._registered.set()
+                outcome = self._generation(client, port, gpus)
             if client.restart_to is None or self._local_reason:
                 return outcome
             renewed = self._next_generation(client, port)
@@ -417,12 +426,17 @@ class NodeSupervisor:
             raise RuntimeError(f"{type(self.child).__name__} cannot run again: the node cannot rejoin")
         if self._local_stop.wait(client.restart_backoff_s):
             return None
+        # Rejoin first: from here the client's stop watch of the old generation no longer
+        # counts as a stop (see _on_stop), so clearing the stop below cannot be undone by it.
+        client.rejoin()
         with self._lock:
+            self._epoch += 1
             self._stop.clear()
             self._launched = False
             self._child_ended.clear()
             self._running.clear()
-        client.rejoin()
+            if self._local_stop.is_set():  # stop() came after the backoff: the node ends here
+                return None
         port.release()
         self._port = PortReservation(cfg.port, granted=cfg.port_granted)
         return self._port
@@ -433,7 +447,12 @@ class NodeSupervisor:
         from .reporting import ReportPipe
 
         cfg = self.config
-        info = client.await_cluster(cfg.wait_timeout_s)
+        try:
+            info = client.await_cluster(cfg.wait_timeout_s)
+        except ClusterRestarted:
+            # The cluster formed and restarted before this node's wait arrived (a peer was
+            # lost meanwhile): nothing was launched; rejoin, or stop with the job.
+            return NodeOutcome(STOPPED, self.role, self.index, client.stop_reason)
         self.child.before_launch(info)
         env = {
             "TF_CONFIG": info.tf_config_json(),
@@ -476,7 +495,12 @@ class NodeSupervisor:
         cfg = self.config
         port.release()  # our copy, if the child did not take it over already
         if self.child.ready():
-            client.report(NodeState.RUNNING, meta={"child_pid": pid})
+            try:
+                client.report(NodeState.RUNNING, meta={"child_pid": pid})
+            except ClusterRestarted:
+                # A peer was lost while the child started: its generation is over before it
+                # ran. Stopped as the stop watch would stop it; then it rejoins.
+                self._on_stop(client.stop_reason)
             self._running.set()
             self._settled.set()
         ended = self.child.wait()
@@ -541,20 +565,39 @@ class NodeSupervisor:
     # -- stopping -------------------------------------------------------------------------
 
     def _on_stop(self, reason: str) -> None:
-        """Told to stop (the stop watcher's thread, or stop()): end the child, never block long."""
-        self._stop.set()
-        if self._launched and not self._child_ended.is_set() and self.child.soft_stop(reason):
+        """Told to stop (the stop watcher's thread, or stop()): end the child, never block long.
+        Once per generation: the child was told already by the first."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            client = self.client
+            if not self._local_stop.is_set() and client is not None and not client.should_stop():
+                # The stop watch of a generation this node has left: it came after rejoin().
+                return
+            self._stop.set()
+            epoch = self._epoch
+            soft = self._launched and not self._child_ended.is_set()
+        if soft and self.child.soft_stop(reason):
             return
         with self._lock:
-            if not self._launched or not self.child.alive():
+            if epoch != self._epoch or not self._launched or not self.child.alive():
                 return
             self.child.signal(signal.SIGTERM)
-        threading.Thread(target=self._kill_after_grace, name="tfcoord-node-reaper", daemon=True).start()
+        self._reap_after_grace(epoch)
 
-    def _kill_after_grace(self) -> None:
-        # Only the supervisor's thread reaps the child; this one only escalates.
-        if not self._child_ended.wait(self.config.stop_grace_s) and self.child.alive():
-            self.child.signal(signal.SIGKILL)
+    def _reap_after_grace(self, epoch: int) -> None:
+        threading.Thread(
+            target=self._kill_after_grace, args=(epoch,), name="tfcoord-node-reaper", daemon=True
+        ).start()
+
+    def _kill_after_grace(self, epoch: int) -> None:
+        # Only the supervisor's thread reaps the child; this one only escalates, and only
+        # the child of its own generation (the next one's may run by the time it wakes).
+        if self._child_ended.wait(self.config.stop_grace_s):
+            return
+        with self._lock:
+            if epoch == self._epoch and self.child.alive():
+                self.child.signal(signal.SIGKILL)
 
     def _stop_child(self) -> None:
         """On the way out: a child still running gets SIGTERM, then SIGKILL after the grace."""
@@ -562,6 +605,7 @@ class NodeSupervisor:
             if not self._launched or self._child_ended.is_set() or not self.child.alive():
                 return
             self.child.signal(signal.SIGTERM)
-        threading.Thread(target=self._kill_after_grace, name="tfcoord-node-reaper", daemon=True).start()
+            epoch = self._epoch
+        self._reap_after_grace(epoch)
         self.child.wait()
         self._child_ended.set()
