@@ -31,17 +31,24 @@ Why a finder, and not a second copy of the packages under the old names:
 
 from __future__ import annotations
 
-# Imported by the tfcoord-aliases .pth file at every Python start: the standard library's
-# light modules only here; the rest is imported where used.
+# Imported by the tfcoord-aliases .pth file at every Python start, so only what Python has
+# loaded by then anyway: importlib.abc (it pulls in importlib.resources, tempfile and typing)
+# and typing itself cost every Python process of the environment about 10 ms here, so the
+# finder and loader are duck-typed (the import system asks only for the methods) and the
+# rest is imported where used.
+import _thread
 import importlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import os
 import sys
-import threading
 from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; type checkers read it as True
+if TYPE_CHECKING:
+    from importlib.abc import Loader as _LoaderBase
+    from typing import Any
+else:
+    _LoaderBase = object
 
 #: Alias top-level name -> the tfcoord module it stands for. ``alias.X`` is ``target.X``.
 ALIASES: dict[str, str] = {
@@ -56,7 +63,7 @@ REAL_MARKERS: dict[str, str] = {"tensorflowonspark": "reservation", "tfmesos2": 
 SHIM_ATTR = "__tfcoord_alias__"
 
 
-class AliasLoader(importlib.abc.Loader):
+class AliasLoader(_LoaderBase):
     """Loads an alias as its target: the very same module object, under both names."""
 
     def __init__(self, target: str) -> None:
@@ -71,11 +78,11 @@ class AliasLoader(importlib.abc.Loader):
         """Nothing to run: the target module was executed once, under its own name."""
 
 
-class AliasFinder(importlib.abc.MetaPathFinder):
+class AliasFinder:
     """``tensorflowonspark[.X]`` -> ``tfcoord.compat.tensorflowonspark[.X]``, likewise ``tfmesos2``."""
 
     def find_spec(
-        self, fullname: str, path: Any = None, target: Any = None
+        self, fullname: str, path: object = None, target: object = None
     ) -> importlib.machinery.ModuleSpec | None:
         top, _, rest = fullname.partition(".")
         base = ALIASES.get(top)
@@ -90,6 +97,8 @@ class AliasFinder(importlib.abc.MetaPathFinder):
             if parent is None or getattr(parent, "__name__", None) != base:
                 return None  # the real package is in use: its own submodules
             name = f"{base}.{rest}"
+        import importlib.util  # only for an alias's name: this method sees every import
+
         try:
             found = importlib.util.find_spec(name)
         except (ImportError, ValueError):
@@ -187,7 +196,7 @@ sys.modules[__name__] = importlib.import_module(tfcoord.aliases.ALIASES["tensorf
 
 #: SparkContext (its application id) -> the shim zip it was given.
 _shipped: dict[str, str] = {}
-_ship_lock = threading.Lock()
+_ship_lock = _thread.allocate_lock()
 
 
 def shim_zip(directory: str | None = None) -> str:
