@@ -13,6 +13,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import ssl
@@ -791,7 +792,11 @@ def test_submit_engine_mesos_runs_a_user_command_end_to_end(
     assert len(cluster_spec["worker"]) == 2 and len(set(cluster_spec["worker"] + cluster_spec["ps"])) == 3
     assert configs["worker1"]["task"] == {"type": "worker", "index": 1}
     assert "submitted to Mesos: 1 ps (cpus=0.5,mem=256,gpus=0), 2 worker" in out.stderr
-    assert "TASK_RUNNING" in out.stderr and "job RUNNING -> SUCCEEDED" in out.stderr
+    assert "TASK_RUNNING" in out.stderr
+    # The job turns RUNNING once no node is still waiting to start: when both workers ended
+    # before the ps had reported running (or was told to stop before it started), it went
+    # from READY to SUCCEEDED, which is as right.
+    assert re.search(r"^tfcoord: job (READY|RUNNING) -> SUCCEEDED$", out.stderr, re.M), out.stderr[-3000:]
     wait(master, lambda: all_ended(master))
 
 
