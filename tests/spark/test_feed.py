@@ -23,6 +23,7 @@ from tfcoord.node.feedwire import FEED_META, frame
 
 from . import mapfuns
 from .mapfuns import alive, args_for
+from .sparkjobs import active_jobs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -177,7 +178,7 @@ def test_tensorflowonspark_slot_shape_trains_and_infers_on_two_one_core_executor
     # runs, and the feeding tasks run in those same slots.
     assert tfs.await_task_slots(sc, 2) == 2
     cluster = tfs.run(sc, mapfuns.train_and_record_pid, args_for(tmp_path), 2, 0, input_mode=SPARK)
-    assert sc.statusTracker().getActiveJobsIds() == []  # no Spark task holds a node
+    assert active_jobs(sc) == set()  # no Spark task holds a node
     with pytest.raises(ValueError, match=r"unknown queue 'nope': this cluster's queues are \['input'"):
         cluster.train(sc.parallelize(range(10), 2), qname="nope")  # a bad argument leaves the job as it was
     cluster.train(sc.parallelize(range(1000), 4), num_epochs=2, feed_timeout=60)
@@ -303,7 +304,7 @@ def test_a_streaming_job_stops_on_tfcoord_stop(sc, tmp_path, monkeypatch):
     assert max(line["t"] for line in lines) < stopped_at + 2.0
     node = status["nodes"][0]
     assert node["state"] == "STOPPED" and not alive(int(node["meta"]["child_pid"]))
-    assert sc.statusTracker().getActiveJobsIds() == []
+    assert active_jobs(sc) == set()
     assert not conn.exists()  # removed with the coordinator
 
 
@@ -348,7 +349,7 @@ def test_terminate_in_a_streaming_job_requests_its_stop(sc, tmp_path):
     assert status["state"] == "SUCCEEDED", status["error"] or status["stop_reason"]
     assert status["nodes"][0]["meta"]["feed_terminated"] == 1
     assert 200 <= json.loads((tmp_path / "0.json").read_text())["consumed"] < 200 * 100
-    assert sc.statusTracker().getActiveJobsIds() == []
+    assert active_jobs(sc) == set()
 
 
 @pytest.mark.parametrize("mode", ["spark", "tensorflow"])

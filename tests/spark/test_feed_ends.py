@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
 
 import pytest
 
@@ -20,6 +19,7 @@ from tfcoord.driver import spark as tfs
 
 from . import mapfuns
 from .mapfuns import alive, args_for
+from .sparkjobs import failed_tasks
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -35,17 +35,6 @@ def _ends(pid: int, within_s: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def _failed_tasks(sc: Any, group: str) -> int:
-    """Task attempts that failed in the Spark jobs of ``group`` (a retried task counts once per failure)."""
-    tracker = sc.statusTracker()
-    jobs = tracker.getJobIdsForGroup(group)
-    assert jobs, f"no Spark job ran in group {group}"
-    stages = [s for j in jobs for s in tracker.getJobInfo(j).stageIds]
-    infos = [tracker.getStageInfo(s) for s in stages]
-    assert all(i is not None for i in infos)
-    return sum(i.numFailedTasks for i in infos)
-
-
 def test_terminate_then_return_ends_the_training_feed_without_errors_or_retries(sc, tmp_path, caplog):
     # The only fed node terminates its feed and returns: the job SUCCEEDED while Spark still
     # has most partitions to feed; their tasks skip them quietly (TensorFlowOnSpark's "mgr is
@@ -59,7 +48,7 @@ def test_terminate_then_return_ends_the_training_feed_without_errors_or_retries(
     status = cluster.shutdown(grace_secs=30)
     assert status["state"] == "SUCCEEDED", status["error"] or status["stop_reason"]
     assert status["nodes"][0]["meta"]["feed_terminated"] == 1
-    assert _failed_tasks(sc, "terminate-train") == 0
+    assert failed_tasks(sc, "terminate-train") == 0
     assert not [r for r in caplog.records if "before every partition was fed" in r.getMessage()]
     assert 300 <= json.loads((tmp_path / "0.json").read_text())["consumed"] < 20_000
 
@@ -82,7 +71,7 @@ def test_terminate_then_return_ends_an_inference_with_the_results_it_gave(sc, tm
     answered = json.loads((tmp_path / "0.json").read_text())["records"]
     assert 100 <= len(answered) < 10_000
     assert results == [x * x for x in answered]
-    assert _failed_tasks(sc, "terminate-inference") == 0
+    assert failed_tasks(sc, "terminate-inference") == 0
     assert took < 60, f"the skipped partitions took {took:.1f} s"
 
 
@@ -97,7 +86,7 @@ def test_a_map_fun_error_while_fed_reaches_the_feeding_tasks_and_the_action(sc, 
     text = str(raised.value)
     assert "FAKE exception during feeding" in text and "map_fun on worker:0" in text, text[-3000:]
     assert "cannot reach the feed port" not in text
-    assert _failed_tasks(sc, "raise-inference") >= 2  # the retry was told the same error
+    assert failed_tasks(sc, "raise-inference") >= 2  # the retry was told the same error
     (node,) = cluster.driver.status(cluster.job).nodes
     with pytest.raises(JobFailed, match="FAKE exception during feeding"):
         cluster.shutdown()
