@@ -125,10 +125,13 @@ def ps_and_worker(args: Any, ctx: Any) -> None:
     """
     import tensorflow as tf
 
+    if ctx.job_name == "ps":
+        # Recorded before its server starts: the worker cannot end (which has the ps stopped)
+        # before it has reached the ps.
+        _record(args, ctx)
     cluster = tf.train.ClusterSpec(ctx.cluster_spec)
     server = tf.distribute.Server(cluster, job_name=ctx.job_name, task_index=ctx.task_index)
     if ctx.job_name == "ps":
-        _record(args, ctx)
         server.join()
         return
     with tf.Graph().as_default():

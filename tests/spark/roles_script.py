@@ -57,10 +57,13 @@ def main_fun(args: list[str], ctx: Any) -> None:
     import numpy as np
     import tensorflow as tf
 
+    if ctx.job_name == "ps":
+        # Recorded before its server starts: no worker can end (which has the ps stopped)
+        # before it has reached the ps.
+        _record(out, ctx)
     cluster = tf.train.ClusterSpec(ctx.cluster_spec)
     server = tf.distribute.Server(cluster, job_name=ctx.job_name, task_index=ctx.task_index)
     if ctx.job_name == "ps":
-        _record(out, ctx)
         server.join()
         return
     rng = np.random.default_rng(ctx.task_index)
