@@ -482,9 +482,11 @@ def test_a_trickled_handshake_is_cut_at_its_deadline_whatever_it_sends(bare):
     """One byte every 0.2 s would reset a per-read timeout for ever; the whole handshake has
     one deadline (1 s here) and the node closes the connection there."""
     _, port = bare
+    # From before the connection: the deadline runs from the node's accept, so however long
+    # the challenge takes to arrive the cut cannot come sooner than the deadline after t0.
+    t0 = time.monotonic()
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
     sock.recv(4096)
-    t0 = time.monotonic()
     closed = threading.Event()
 
     def trickle() -> None:
