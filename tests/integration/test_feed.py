@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -13,7 +14,7 @@ from tfcoord.client import feedmessages as fm
 from tfcoord.node import feedtls
 from tfcoord.node import feedwire as fw
 from tfcoord.node.datafeed import DataFeed, FeedServer
-from tfcoord.node.feeder import FeedPlan, FeedTarget, control, feed
+from tfcoord.node.feeder import FeedPlan, FeedTarget, _handshake, control, feed
 
 TOKEN = b"t" * 32
 JOB = "job-feed"
@@ -206,6 +207,52 @@ def test_terminate_drops_the_queue_and_tells_the_supervisor(server):
     # The node wants no more: an inference feeder skips its partition too, without error
     # (TensorFlowOnSpark's feeders skip the partitions of a terminating node).
     assert list(feed(_plan(target, train=False), 1, [1])) == []
+
+
+@pytest.mark.parametrize("ending", ["terminate", "fail"])
+def test_a_feeder_in_its_handshake_when_the_node_process_ends_hears_why(ending):
+    """map_fun's process ends right after map_fun terminates its feed (or fails): a feeder whose
+    connection it had accepted but not yet answered gets that answer, not a reset (before,
+    its Spark task failed "dropped the feed connection during the handshake" and was retried)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    target = FeedTarget("worker:0", f"127.0.0.1:{listener.getsockname()[1]}")
+    go_r, go_w = os.pipe()
+    ending_r, ending_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # map_fun's process, ending as tfcoord.node.executor's _child ends it
+        code = 1
+        try:
+            srv = FeedServer(listener, TOKEN, JOB, "worker:0").start()
+            os.read(go_r, 1)
+            if ending == "terminate":
+                DataFeed(srv).terminate()
+                srv.stop("map_fun on worker:0 returned")
+            else:
+                srv.fail("Traceback (most recent call last):\nValueError: injected")
+            srv.close()
+            os.write(ending_w, b"x")  # without settle() the process was gone from here on
+            code = 0 if srv.settle() else 2
+        finally:
+            os._exit(code)
+    listener.close()
+    try:
+        sock = fw.connect(target.address)
+        assert sock.recv(1, socket.MSG_PEEK)  # the challenge: the node is in our handshake
+        os.write(go_w, b"x")
+        assert os.read(ending_r, 1) == b"x"  # the node's map_fun has ended
+        opening = fm.Open(kind="feed", partition=0, qname="input", train=True, feed_timeout_s=10.0)
+        if ending == "terminate":
+            answer = _handshake(fw.FeedStream(sock), _plan(target), target, opening)
+            assert isinstance(answer, fm.Stop) and answer.terminated, answer
+        else:
+            with pytest.raises(fw.FeedError, match="ValueError: injected"):
+                _handshake(fw.FeedStream(sock), _plan(target), target, opening)
+        sock.close()
+    finally:
+        _, status = os.waitpid(pid, 0)
+        for fd in (go_r, go_w, ending_r, ending_w):
+            os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0  # settle() saw every connection answered
 
 
 def test_batch_results_must_match_the_batch(server):

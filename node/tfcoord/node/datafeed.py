@@ -395,6 +395,19 @@ class FeedServer:
             except OSError:
                 pass
 
+    def settle(self, timeout_s: float | None = None) -> bool:
+        """Block until every feed connection still in its handshake has had its answer (the
+        feed stopped, or why map_fun failed), at most the handshake deadline; True if none is
+        left. The process serving the feed may end after this: ending it sooner cut such a
+        feeder off mid-handshake, and it saw only a reset, not why (after ``terminate()`` its
+        Spark task failed and was retried). Call after :meth:`stop` or :meth:`fail` and
+        :meth:`close` (no new connection comes), so every connection left is answered."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._served <= len(self._conns),
+                self.handshake_timeout_s if timeout_s is None else timeout_s,
+            )
+
     # -- feeder side ---------------------------------------------------------------------
 
     def _accept_loop(self) -> None:
@@ -411,7 +424,8 @@ class FeedServer:
                 else:
                     self.refused += 1
             if full:
-                # No thread, no read: closed at once (a feeder that meets this retries).
+                # No thread, no read: closed at once (the feeding task fails saying the node
+                # dropped the connection, and Spark retries it).
                 log.warning("%s: too many feed connections at once; closed a new one", self.node)
                 sock.close()
                 continue
@@ -481,6 +495,7 @@ class FeedServer:
                         opening.qname_out,
                     )
                     self._conns[pid] = conn
+                    self._cond.notify_all()  # one fewer in its handshake (settle)
                     q = self.queue(conn.qname)
                     q.open(pid)
                     self._progress_at.setdefault(conn.qname, time.monotonic())
@@ -499,6 +514,7 @@ class FeedServer:
                 self._served -= 1
                 if unauthenticated:
                     self._unauthenticated -= 1
+                self._cond.notify_all()  # settle
             if conn is not None:
                 with self._cond:
                     self._conns.pop(conn.pid, None)

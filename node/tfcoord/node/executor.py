@@ -272,11 +272,14 @@ def _child(
         if feed is not None:  # feeders still connected hear that nobody will read their data
             feed.stop(f"map_fun on {node} returned")
             feed.close()
+            feed.settle()  # and those still in their handshake, before this process ends
         tell(("result", result_meta(result)))
     except BaseException:
         error = traceback.format_exc()
         if feed is not None:
             feed.fail(error)  # the feeding tasks fail with the node's traceback
+            feed.close()
+            feed.settle()
         tell(("error", error))
         code = 1
     finally:
