@@ -6,22 +6,17 @@ restarted its cluster. A node whose request was on its way then (its wait for th
 or its RUNNING report while its child started: a server-mode ps waits seconds for its
 server to listen) must hear what its stop watch would have told it, stop its work and
 rejoin the new generation; before, it exited with the refusal, and the new generation
-waited in vain for its slot until the reservation deadline failed the job.
+waited in vain for its slot until the reservation deadline failed the job. The node
+supervisor's side of it (its work stopped, the node rejoined) is
+``test_supervisor.py::test_a_node_whose_work_was_starting_when_a_peer_died_rejoins_the_new_generation``.
 """
 
 from __future__ import annotations
-
-import sys
-import threading
-from pathlib import Path
 
 import pytest
 
 from tfcoord.client import ClusterRestarted, DriverClient, JobSpec, NodeClient, make_roles
 from tfcoord.client.vocab import ErrorCode
-from tfcoord.client.watcher import watch_until
-from tfcoord.node.runner import Command
-from tfcoord.node.supervisor import SUCCEEDED, NodeSupervisor, SupervisorConfig
 
 #: Every wait below ends on an event; this only bounds a broken run.
 WAIT_S = 60.0
@@ -70,60 +65,3 @@ def test_a_request_that_arrives_after_the_restart_tells_the_node_to_rejoin(coord
                 n.report("succeeded")
         status = d.await_job(job, WAIT_S)
     assert status["state"] == "SUCCEEDED" and status["generation"] == 1
-
-
-class _HeldAtStart(Command):
-    """A command that counts as started only once the test lets it (``ready()`` blocks until
-    then), as a server-mode node is RUNNING only once its TensorFlow server listens."""
-
-    def __init__(self, held: threading.Event, code: str, out: Path) -> None:
-        super().__init__((sys.executable, "-c", code), {"OUT": str(out)})
-        self.held = held
-
-    def ready(self) -> bool:
-        assert self.held.wait(WAIT_S)
-        return super().ready()
-
-
-def test_a_node_whose_work_was_starting_when_a_peer_died_rejoins_the_new_generation(
-    coordinator, tmp_path: Path
-):
-    # Each generation of each node leaves a file named for it; worker 1 is killed (SIGKILL)
-    # in generation 0 and succeeds in generation 1.
-    record = "import os; open(os.environ['OUT'] + '-' + os.environ['TFCOORD_RESTARTS'], 'w').write('ran')\n"
-    dies = "import signal\nif os.environ['TFCOORD_RESTARTS'] == '0': os.kill(os.getpid(), signal.SIGKILL)\n"
-    held = threading.Event()
-    with DriverClient(coordinator.address, coordinator.secret) as d:
-        job = _restartable_job(d)
-
-        def config(executor_id: int) -> SupervisorConfig:
-            return SupervisorConfig(
-                address=coordinator.address,
-                token=d.job_token(job),
-                job=job,
-                executor_id=executor_id,
-                host="127.0.0.1",
-                heartbeat_interval_s=0.2,
-            )
-
-        starting = NodeSupervisor(config(0), _HeldAtStart(held, record, tmp_path / "w0"))
-        dying = NodeSupervisor(
-            config(1), Command((sys.executable, "-c", record + dies), {"OUT": str(tmp_path / "w1")})
-        )
-        try:
-            starting.start()
-            dying.start()
-            # Worker 0's work is starting (not yet RUNNING) when worker 1 dies: the cluster
-            # restarts as generation 1 before worker 0's RUNNING report is sent.
-            st = watch_until(d, job, lambda st: st.generation == 1, timeout_s=WAIT_S)
-            assert st.generation == 1, st.wire
-            held.set()
-            outcomes = [starting.wait(WAIT_S), dying.wait(WAIT_S)]
-        finally:
-            held.set()
-            for s in (starting, dying):
-                s.stop("the test ended")
-        status = d.await_job(job, WAIT_S, raise_on_failure=False)
-    assert status["state"] == "SUCCEEDED" and status["generation"] == 1, status["error"]
-    assert [(o.state, o.index) for o in outcomes] == [(SUCCEEDED, 0), (SUCCEEDED, 1)]
-    assert (tmp_path / "w0-1").read_text() == "ran" and (tmp_path / "w1-1").read_text() == "ran"

@@ -12,12 +12,14 @@ import json
 import os
 import select
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tfcoord.client import AuthenticationFailed, DriverClient, JobSpec, RequestRejected, make_roles
+from tfcoord.client.watcher import watch_until
 from tfcoord.node.executor import NodeSpec, start_node
 from tfcoord.node.runner import Command
 from tfcoord.node.supervisor import FAILED, STOPPED, SUCCEEDED, NodeSupervisor, SupervisorConfig
@@ -346,3 +348,54 @@ def test_the_output_of_map_fun_and_of_a_command_reaches_the_coordinator_escaped(
         got = d.logs(job)
     assert outcome.state == FAILED and "err line" in outcome.error  # the error text is still the stderr tail
     assert sorted((x[3], x[4]) for x in got["lines"]) == [("stderr", "err line"), ("stdout", "out line")]
+
+
+class _HeldAtStart(Command):
+    """A command that counts as started only once the test lets it (``ready()`` blocks until
+    then), as a server-mode node is RUNNING only once its TensorFlow server listens."""
+
+    def __init__(self, held: threading.Event, code: str, out: Path) -> None:
+        super().__init__((sys.executable, "-c", code), {"OUT": str(out)})
+        self.held = held
+
+    def ready(self) -> bool:
+        assert self.held.wait(WAIT_S)
+        return super().ready()
+
+
+def test_a_node_whose_work_was_starting_when_a_peer_died_rejoins_the_new_generation(
+    coordinator, tmp_path: Path
+):
+    # Each generation of each node leaves a file named for it; worker 1 is killed (SIGKILL)
+    # in generation 0 and succeeds in generation 1.
+    record = "import os; open(os.environ['OUT'] + '-' + os.environ['TFCOORD_RESTARTS'], 'w').write('ran')\n"
+    dies = "import signal\nif os.environ['TFCOORD_RESTARTS'] == '0': os.kill(os.getpid(), signal.SIGKILL)\n"
+    held = threading.Event()
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(
+            JobSpec(roles=make_roles(2), reservation_timeout_s=60, max_restarts=1, restart_backoff_s=0)
+        )
+        starting = NodeSupervisor(
+            _config(coordinator, d, job, 0), _HeldAtStart(held, record, tmp_path / "w0")
+        )
+        dying = NodeSupervisor(
+            _config(coordinator, d, job, 1),
+            Command((sys.executable, "-c", record + dies), {"OUT": str(tmp_path / "w1")}),
+        )
+        try:
+            starting.start()
+            dying.start()
+            # Worker 0's work is starting (not yet RUNNING) when worker 1 dies: the cluster
+            # restarts as generation 1 before worker 0's RUNNING report is sent.
+            st = watch_until(d, job, lambda st: st.generation == 1, timeout_s=WAIT_S)
+            assert st.generation == 1, st.wire
+            held.set()
+            outcomes = [starting.wait(WAIT_S), dying.wait(WAIT_S)]
+        finally:
+            held.set()
+            for s in (starting, dying):
+                s.stop("the test ended")
+        status = d.await_job(job, WAIT_S, raise_on_failure=False)
+    assert status["state"] == "SUCCEEDED" and status["generation"] == 1, status["error"]
+    assert [(o.state, o.index) for o in outcomes] == [(SUCCEEDED, 0), (SUCCEEDED, 1)]
+    assert (tmp_path / "w0-1").read_text() == "ran" and (tmp_path / "w1-1").read_text() == "ran"
