@@ -40,12 +40,14 @@ def figure(
     loadavg: list[float],
     higher_is_better: bool = False,
     note: str = "",
+    anchor_error: str = "",
 ) -> dict[str, Any]:
     """One row of the results table.
 
     ``goal`` bounds ``ratio_to_floor``: at most ``goal`` for a time (``higher_is_better``
     false), at least ``goal`` for a rate; None when this figure has a goal elsewhere (an
-    absolute time, given in ``note``) or none.
+    absolute time, given in ``note``) or none. ``anchor_error``: why the anchor gave no
+    figure in this run (it failed), shown in its column instead of a bare dash.
     """
     r = ratio(tfcoord, floor)
     met = None if goal is None or r is None else r >= goal if higher_is_better else r <= goal
@@ -56,6 +58,7 @@ def figure(
         "floor": floor,
         "anchor": anchor,
         "anchor_name": anchor_name,
+        "anchor_error": anchor_error if anchor is None else "",
         "ratio_to_floor": r,
         "ratio_to_anchor": ratio(tfcoord, anchor),
         "goal_ratio_to_floor": goal,

@@ -462,6 +462,7 @@ def main() -> int:
             floor=ours["floor_s"],
             anchor=theirs["all_ready_s"] if theirs and theirs.get("ok") else None,
             anchor_name="TensorFlowOnSpark 2.2.5 reservation server",
+            anchor_error=str(theirs.get("error") or "failed") if theirs and not theirs.get("ok") else "",
             # Issue 28's goals: within 2x the floor at 1,000 and 10,000 nodes (none at fewer,
             # where the fixed costs of one connection's set-up dominate a few milliseconds).
             goal=2.0 if n >= 1000 else None,

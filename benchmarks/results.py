@@ -67,6 +67,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         anchor = _num(r.get("anchor"), unit) + (f" ({r['anchor_name']})" if r.get("anchor_name") else "")
         if r.get("anchor") is None:
             anchor = "—"
+            if r.get("anchor_error"):  # it ran and failed: say so, and how
+                anchor = f"failed: {r['anchor_error']} ({r['anchor_name']})"
         load = " / ".join(f"{x:g}" for x in r.get("loadavg") or [])
         out.append(
             f"| {r['figure']} | {anchor} | {_num(r.get('floor'), unit)} | {_num(r.get('tfcoord'), unit)} "
