@@ -515,7 +515,7 @@ class NodeSupervisor:
             tail = output.tail()
             if ended.exit_code < 0 and tail:  # killed: no traceback, its last output says where it was
                 error = f"{error}\nits last {len(tail)} lines of output:\n" + "\n".join(tail)
-            return self._report(
+            failed = self._report(
                 client,
                 FAILED,
                 info,
@@ -523,6 +523,14 @@ class NodeSupervisor:
                 exit_code=code,
                 child_code=ended.exit_code,
             )
+            if self._may_restart:
+                # This failure may have restarted the cluster. The coordinator says so to this
+                # node as to any other, through its stop watch (stop and rejoin, or stop: the
+                # job failed), and the answer to the report itself does not carry it: without
+                # this wait the node read restart_to before its stop watch had set it, exited
+                # instead of rejoining, and the new generation waited for its slot in vain.
+                self._stop.wait()
+            return failed
         outcome = self._report(client, SUCCEEDED, info, meta=ended.meta)
         # A ps or evaluator that returned, or a node whose work still serves (a terminated feed
         # answering its feeders), or any node of a job that may still restart its cluster
