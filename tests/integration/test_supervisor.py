@@ -350,6 +350,30 @@ def test_the_output_of_map_fun_and_of_a_command_reaches_the_coordinator_escaped(
     assert sorted((x[3], x[4]) for x in got["lines"]) == [("stderr", "err line"), ("stdout", "out line")]
 
 
+def test_a_progress_bar_redrawn_in_place_reaches_the_coordinator_as_its_last_state(coordinator):
+    # Keras's Progbar on a terminal: backspaces and a carriage return before each step's
+    # bar, flushed step by step; tqdm: a carriage return only, here with no final line break.
+    code = (
+        "import sys\n"
+        "last = ''\n"
+        "for i in range(1, 301):\n"
+        "    bar = f'{i}/300 [' + '=' * (i // 10) + f'>] - loss: {1 / i:.4f}'\n"
+        "    sys.stdout.write('\\b' * len(last) + '\\r' + bar); sys.stdout.flush(); last = bar\n"
+        "print()\n"
+        "sys.stderr.write('50%\\r100%'); sys.exit(2)\n"
+    )
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        outcome = NodeSupervisor(_config(coordinator, d, job, 0), _python(code)).run()
+        got = d.logs(job)
+    assert outcome.state == FAILED
+    assert sorted((x[3], x[4]) for x in got["lines"]) == [
+        ("stderr", "100%"),
+        ("stdout", "300/300 [" + "=" * 30 + ">] - loss: 0.0033"),
+    ]
+    assert "100%" in outcome.error and "\\x08" not in outcome.error  # the failure's tail too
+
+
 class _HeldAtStart(Command):
     """A command that counts as started only once the test lets it (``ready()`` blocks until
     then), as a server-mode node is RUNNING only once its TensorFlow server listens."""
