@@ -210,6 +210,22 @@ def test_json_on_every_command(served, tmp_path):
     assert json.loads(ok.stdout)["state"] == "SUCCEEDED" and "[worker:0] hi" in ok.stderr
 
 
+def test_the_local_engine_prints_a_progress_bar_as_a_terminal_shows_it(tmp_path):
+    # Keras's Progbar: backspaces and a carriage return before each redraw; the last line
+    # has no line break. Raw, the carriage return would put the cursor back over the prefix
+    # (the node's output is submit's stdout; its own lines go to stderr).
+    code = (
+        "import sys\n"
+        "for i in range(1, 4):\n"
+        "    sys.stdout.write('\\b' * 9 + '\\r' + f'{i}/3 [===]'); sys.stdout.flush()\n"
+        "print()\n"
+        "sys.stdout.write('no line break')\n"
+    )
+    out = tfcoord("submit", "--engine", "local", "--", sys.executable, "-c", code, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "[worker:0] 3/3 [===]\n[worker:0] no line break", repr(out.stdout)
+
+
 def test_driver_client_from_env_reads_the_secret_file_as_serve_does(served):
     with DriverClient.from_env(served.env) as d:
         assert "jobs" in d.status()
