@@ -116,7 +116,24 @@ MISTAKES = [
     Mistake(("stop", "no-such-job"), FAILED, ("no job 'no-such-job'",)),
     Mistake(("stop", "x", "--secret-file", "/no/such/secret"), USAGE, ("admin secret",)),
     # serve
-    Mistake(("serve", "--port", "seventy"), USAGE, ("--port", "invalid int")),
+    Mistake(("serve", "--port", "seventy"), USAGE, ("--port", "'seventy' is not a port number")),
+    Mistake(
+        ("serve", "--plaintext", "--port", "99999"), USAGE, ("--port: 99999 is not a TCP port", "1-65535")
+    ),
+    Mistake(
+        ("serve", "--plaintext", "--max-connections", "0"), USAGE, ("--max-connections must be at least 1",)
+    ),
+    # 192.0.2.1 is TEST-NET-1 (RFC 5737): no machine's own address.
+    Mistake(
+        ("serve", "--plaintext", "--host", "192.0.2.1", "--port", "0"),
+        USAGE,
+        ("cannot listen on 192.0.2.1:0", "not an address of this machine", "--host 0.0.0.0"),
+    ),
+    Mistake(
+        ("serve", "--plaintext", "--host", "no-such-host.invalid", "--port", "0"),
+        USAGE,
+        ("--host names no host this machine can resolve",),
+    ),
     Mistake(("serve", "--secret-file", "s"), USAGE, ("serve needs TLS", "--plaintext")),
     Mistake(("serve", "--plaintext", "--http-port", "0"), USAGE, ("--http-token-file",)),
     Mistake(("serve", "--plaintext", "--keep-finished-jobs", "0"), USAGE, ("--keep-finished-jobs",)),
@@ -124,6 +141,11 @@ MISTAKES = [
     Mistake(("submit", "--engine", "local", "--", "no-such-binary"), USAGE, ("'no-such-binary'", "PATH")),
     Mistake(("submit", "--engine", "local"), USAGE, ("nothing to run",)),
     Mistake(("submit", "--engine", "local", "--workers", "0", "--", "true"), USAGE, ("at least one worker",)),
+    Mistake(
+        ("submit", "--engine", "local", "--workers", "100000", "--", "true"),
+        USAGE,
+        ("100000 local nodes need at least 4,000,000 MiB", "this machine has", "--engine spark"),
+    ),
     Mistake(("submit", "--engine", "local", "--max-restarts", "-1", "--", "true"), USAGE, ("max_restarts",)),
     Mistake(("submit", "--engine", "mesos"), USAGE, ("--job ps:1",)),
     Mistake(
@@ -213,6 +235,18 @@ def test_every_user_mistake_is_one_line_with_a_specific_exit_code(served, tmp_pa
             raise AssertionError(f"tfcoord {' '.join(mistake.args)}: {e}") from None
         # Nothing here waits for Spark or a peer: a refusal is as quick as a Python start.
         assert took < REFUSED_WITHIN_S, (mistake.args, took)
+
+
+def test_serve_on_a_port_in_use_names_the_likely_holder_and_what_to_change(served, tmp_path):
+    out = tfcoord("serve", "--plaintext", "--port", str(served.port), env=served.env, cwd=tmp_path)
+    one_line(
+        out,
+        USAGE,
+        f"cannot listen on 127.0.0.1:{served.port}",
+        "address already in use",
+        "a running tfcoord serve?",
+        "pick another --port",
+    )
 
 
 def test_logs_into_a_pipe_closed_early_exits_quietly(served):

@@ -63,7 +63,7 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
 
     sp = command("serve", "run the coordinator", json_help="log JSON lines (as --log-format json)")
     sp.add_argument("--host", default="127.0.0.1")
-    sp.add_argument("--port", type=int, default=7070, help="TCP port; 0 picks a free one (see --port-file)")
+    sp.add_argument("--port", type=_port, default=7070, help="TCP port; 0 picks a free one (see --port-file)")
     sp.add_argument("--port-file", help="write the bound port here once listening")
     sp.add_argument("--secret-file", help="coordinator secret (created, mode 600, if missing)")
     sp.add_argument(
@@ -75,7 +75,7 @@ def build_parser(env: Any = None) -> argparse.ArgumentParser:
     sp.add_argument("--http-host", default="127.0.0.1", help="interface of the HTTP API and dashboard")
     sp.add_argument(
         "--http-port",
-        type=int,
+        type=_port,
         help="HTTP API and dashboard port; 0 picks a free one; without it no HTTP server runs",
     )
     sp.add_argument("--http-port-file", help="write the bound HTTP port here once listening")
@@ -367,6 +367,16 @@ def _global_flags(p: argparse.ArgumentParser, env: Any, *, suppress: bool = Fals
         default=default(False),
         help="show the traceback of an internal error (a tfcoord bug; please report it)",
     )
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port: use 1-65535, or 0 for a free one")
+    return value
 
 
 def _positive(text: str) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import hmac
 import logging
 import os
@@ -158,6 +159,22 @@ def _service_config(cfg: ServeConfig) -> Any:
     )
 
 
+def _listen_hint(code: int | None, host_flag: str, port_flag: str, free: str) -> str:
+    """What to change when a listener could not bind, by the error's ``errno``."""
+    if code == errno.EADDRINUSE:
+        return f"another process (a running tfcoord serve?) holds the port: stop it, or pick another {port_flag} {free}"
+    if code == errno.EADDRNOTAVAIL:
+        return (
+            f"that is not an address of this machine: pass {host_flag} 0.0.0.0 for every interface, "
+            "or one of this machine's own addresses"
+        )
+    if code == errno.EACCES:
+        return f"ports below 1024 need root (or CAP_NET_BIND_SERVICE): pick {port_flag} 1024 or above {free}"
+    if code is not None and code < 0:  # a getaddrinfo error: the name did not resolve
+        return f"{host_flag} names no host this machine can resolve: give an IP address or a resolvable name"
+    return f"check {host_flag} and {port_flag}"
+
+
 async def _serve(cfg: ServeConfig) -> None:
     from tfcoord.coordinator.service import CoordinatorService, HttpStartError, ListenError
 
@@ -165,13 +182,11 @@ async def _serve(cfg: ServeConfig) -> None:
     try:
         await service.start()
     except ListenError as e:  # the port is taken, or the host is not an address of this machine
-        raise UsageError(
-            f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}; another process (a "
-            "running tfcoord serve?) holds the port: stop it, or pick another --port "
-            "(0 picks a free one, see --port-file)"
-        ) from None
+        why = _listen_hint(e.errno, "--host", "--port", "(0 picks a free one, see --port-file)")
+        raise UsageError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}; {why}") from None
     except HttpStartError as e:  # the port is taken, or the host is not ours
-        raise UsageError(f"{e.strerror}; the coordinator did not start") from None
+        why = _listen_hint(e.errno, "--http-host", "--http-port", "(0 picks a free one)")
+        raise UsageError(f"{e.strerror}; {why}; the coordinator did not start") from None
     # The port files, like READY=1, say "serving": written only once every listener is up,
     # so a start that fails leaves none behind pointing at a dead coordinator.
     written: list[Path] = []
@@ -274,6 +289,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.keep_finished_jobs < 1 or not args.keep_finished_days > 0:
         raise UsageError("--keep-finished-jobs must be at least 1 and --keep-finished-days above 0")
     for flag, value in (
+        ("--max-connections", args.max_connections),
+        ("--http-max-connections", args.http_max_connections),
         ("--max-unauthenticated", args.max_unauthenticated),
         ("--max-unauthenticated-per-source", args.max_unauthenticated_per_source),
     ):

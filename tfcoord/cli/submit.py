@@ -96,6 +96,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
             from tfcoord.driver.resources import check_roles
 
             check_roles(role_resources, roles)
+        from tfcoord.driver.capacity import local_nodes_fit
+        from tfcoord.driver.standalone import machine_mib
+
+        local_nodes_fit(sum(count for _, count in roles), machine_mib())
         spec = JobSpec(
             roles=roles,
             reservation_timeout_s=args.reservation_timeout,

@@ -148,3 +148,28 @@ def local_standalone_size(
             "name a cluster with --master spark://HOST:7077"
         )
     return cores, mib
+
+
+#: What one node of the local engine takes at least, before its program loads anything: its
+#: supervisor (``python -m tfcoord.node``, 26 MiB RSS) and the work's own Python (13 MiB for
+#: ``python -c``), measured on Python 3.11; a TensorFlow node takes ten times that.
+LOCAL_NODE_MIB = 40
+
+
+def local_nodes_fit(nodes: int, machine_mib: int) -> None:
+    """Refuse a local job whose node processes cannot all run on this machine at once.
+
+    Each node of ``--engine local`` is two processes here, and every one must run at once
+    for the cluster to form: a count beyond what ``machine_mib`` holds (a typo's extra zero)
+    would fork until the machine swaps or the kernel kills them.
+
+    Raises:
+        ValueError: with the numbers and what to change.
+    """
+    need = nodes * LOCAL_NODE_MIB
+    if need > machine_mib:
+        raise ValueError(
+            f"{nodes} local nodes need at least {need:,} MiB ({LOCAL_NODE_MIB} MiB each before the "
+            f"program loads anything), this machine has {machine_mib:,} MiB: lower --workers/--ps, "
+            "or run them on a cluster (--engine spark or --engine mesos)"
+        )
