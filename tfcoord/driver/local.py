@@ -68,6 +68,23 @@ def cpu_plan(
     return plan
 
 
+def cpu_shortfall(
+    slots: Sequence[tuple[str, int]], given: Mapping[str, Resources], available: int
+) -> str | None:
+    """What :func:`cpu_plan` could not give, in words: None when every node has CPUs of its own."""
+    asked = {role: r.cpus for role, r in given.items() if r.cpus is not None}
+    counts = {role: sum(1 for r, _ in slots if r == role) for role in asked}
+    total = sum(math.ceil(cpus) * counts[role] for role, cpus in asked.items())
+    if total <= available:
+        return None
+    each = ", ".join(f"{counts[role]} {role} x {cpus:g}" for role, cpus in sorted(asked.items()))
+    return (
+        f"the roles ask {total} CPUs in all ({each}), this machine lets this process use {available}: "
+        "nodes share CPUs (a node asking more than all of them has all of them); ask for fewer cpus, "
+        "or use --engine spark or mesos for them"
+    )
+
+
 class _LocalNodes:
     """The node processes of one local job, one per slot; a slot's process that dies while
     the job can still restart its cluster is started again as the slot's next attempt (as
@@ -206,6 +223,8 @@ def run_local(
     for executor_id, cpus in sorted(pinned.items()):
         role, index = spec.slots()[executor_id]
         emit(f"{role}:{index} pinned to CPU(s) {','.join(map(str, cpus))}")
+    if short := cpu_shortfall(spec.slots(), given, len(os.sched_getaffinity(0))):
+        emit(f"warning: {short}")
     if unenforced:
         emit(
             "warning: the local engine does not enforce gpus or memory (roles "
