@@ -154,6 +154,11 @@ MISTAKES = [
         ("--master, --num-executors: for --engine spark only", "--engine local"),
     ),
     Mistake(
+        ("submit", "--engine", "mesos", "--master", "h:5050", "--job", "worker:1", "--", "true"),
+        USAGE,
+        ("--master: for --engine spark only", "the Mesos master is --mesos-master HOST:5050"),
+    ),
+    Mistake(
         ("submit", "--engine", "local", "--job", "worker:1", "--", "true"),
         USAGE,
         ("--job: for --engine mesos",),

@@ -56,6 +56,11 @@ def _check_engine_flags(args: argparse.Namespace) -> None:
                 f"{args.engine}, which would ignore {'it' if len(flags) == 1 else 'them'}: drop "
                 f"{'it' if len(flags) == 1 else 'them'}, or pass the engine"
                 + (" (under Spark the cluster's size is --num-executors)" if "--workers" in flags else "")
+                + (
+                    " (--master is the Spark master: the Mesos master is --mesos-master HOST:5050)"
+                    if args.engine == "mesos" and "--master" in flags
+                    else ""
+                )
             )
 
 
