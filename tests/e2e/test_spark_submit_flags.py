@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.lines import Lines
+from tests.integration.lines import Lines, as_from_a_terminal
 from tests.integration.served import TFCOORD, Served
 from tfcoord.client.entry import ExitCode
 
@@ -163,6 +163,7 @@ def test_ctrl_c_under_the_spark_engine_stops_the_job_and_exits_130(master, tmp_p
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=as_from_a_terminal,
         text=True,
         cwd=tmp_path,
         env=dict(

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import re
+import signal
 import threading
 import time
 from typing import IO
+
+
+def as_from_a_terminal() -> None:
+    """``preexec_fn`` of a process a test interrupts as Ctrl-C does: SIGINT back to its default.
+
+    A shell that starts a job in the background without job control (``make test &`` in a
+    script, some CI runners) starts it with SIGINT ignored, every child inherits that, and
+    Python then installs no KeyboardInterrupt handler: the test's SIGINT would do nothing.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Lines:

@@ -22,7 +22,7 @@ import pytest
 from tfcoord.client import DriverClient, JobSpec, NodeClient, auth, make_roles
 from tfcoord.client.entry import ExitCode
 
-from .lines import Lines
+from .lines import Lines, as_from_a_terminal
 from .served import TFCOORD, Served
 
 #: A refused coordinator or Spark master, under any engine: the local engine's 0.2 s plus a
@@ -301,7 +301,12 @@ def test_status_without_the_admin_secret_says_what_it_is_where_serve_wrote_it_an
 def _popen(*args: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], Lines, Lines]:
     """The CLI started, with its stdout and stderr read as they come."""
     proc = subprocess.Popen(
-        [*TFCOORD, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*TFCOORD, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_from_a_terminal,  # the tests interrupt it as Ctrl-C does
     )
     return proc, Lines(proc.stdout), Lines(proc.stderr)  # type: ignore[arg-type]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.lines import Lines
+from tests.integration.lines import Lines, as_from_a_terminal
 from tests.integration.pki import Authority
 from tests.integration.served import TFCOORD, Served
 from tests.mesos.fake_master import AgentSpec, FakeMaster, ThreadedFakeMaster
@@ -829,6 +829,7 @@ def test_ctrl_c_under_the_mesos_engine_stops_the_job_and_exits_130(master: Threa
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
+        preexec_fn=as_from_a_terminal,
     )
     out, err = Lines(proc.stdout), Lines(proc.stderr)  # type: ignore[arg-type]
     try:
