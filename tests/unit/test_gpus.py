@@ -9,6 +9,7 @@ instead of ~250 ms. Waits between attempts go to a recording ``sleep``: nothing 
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -360,19 +361,31 @@ def test_default_nvidia_smi_is_found_on_path(smi: FakeSmi, monkeypatch: pytest.M
 # -- no usable nvidia-smi -----------------------------------------------------------------------
 
 
-def test_nvidia_smi_missing_from_path_means_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvidia_smi_missing_from_path_means_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert select_gpus(2) is CPU
+    with caplog.at_level(logging.DEBUG, logger="tfcoord"):
+        assert select_gpus(2) is CPU
+    # A host without the NVIDIA driver is a CPU host: said at debug level, not warned about
+    # by every node of every CPU cluster (TensorFlowOnSpark's default asks one GPU if any exist).
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "running on the CPU" in r.getMessage()]
+    assert said == [
+        (logging.DEBUG, "2 GPU(s) wanted but 'nvidia-smi' was not found on PATH; running on the CPU")
+    ]
     with pytest.raises(
         GpuUnavailable, match=r"2 GPU\(s\) required but none can be found: 'nvidia-smi' was not"
     ):
         select_gpus(2, require=True)
 
 
-def test_failing_nvidia_smi_means_cpu_unless_required(smi: FakeSmi) -> None:
+def test_failing_nvidia_smi_means_cpu_unless_required(smi: FakeSmi, caplog: pytest.LogCaptureFixture) -> None:
     smi.fail("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
-    assert select_gpus(1, nvidia_smi=smi.path) is CPU
+    with caplog.at_level(logging.DEBUG, logger="tfcoord"):
+        assert select_gpus(1, nvidia_smi=smi.path) is CPU
+    # A driver that is there but broken is worth a warning.
+    assert [r.levelno for r in caplog.records if "running on the CPU" in r.getMessage()] == [logging.WARNING]
     with pytest.raises(GpuUnavailable, match="exited with 9: NVIDIA-SMI has failed") as err:
         select_gpus(1, nvidia_smi=smi.path, require=True)
     assert "require=False" in str(err.value)

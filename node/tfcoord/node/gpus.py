@@ -140,6 +140,11 @@ class ComputeApp:
 class _NvidiaSmiUnusable(Exception):
     """nvidia-smi is missing, failed or timed out: no GPUs as far as we can tell."""
 
+    def __init__(self, why: str, *, missing: bool = False) -> None:
+        super().__init__(why)
+        #: There is no nvidia-smi at all: a host without the NVIDIA driver, so without GPUs.
+        self.missing = missing
+
 
 # -- parsing (pure) -----------------------------------------------------------------------------
 
@@ -278,7 +283,7 @@ def _run(nvidia_smi: str, args: Sequence[str]) -> str:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
     except FileNotFoundError:
         where = "does not exist" if os.sep in nvidia_smi else "was not found on PATH"
-        raise _NvidiaSmiUnusable(f"{nvidia_smi!r} {where}") from None
+        raise _NvidiaSmiUnusable(f"{nvidia_smi!r} {where}", missing=True) from None
     except subprocess.TimeoutExpired:
         raise _NvidiaSmiUnusable(
             f"{' '.join(cmd)} did not answer within {NVIDIA_SMI_TIMEOUT_S:g} s (hung driver?)"
@@ -403,7 +408,7 @@ def select_gpus(
         try:
             gpus, apps = _query(nvidia_smi)
         except _NvidiaSmiUnusable as e:
-            return _no_nvidia_smi(num_gpus, require, str(e))
+            return _no_nvidia_smi(num_gpus, require, str(e), missing=e.missing)
         if not gpus:
             return _no_nvidia_smi(num_gpus, require, f"{nvidia_smi} lists no GPU")
         if len(gpus) < num_gpus:  # waiting cannot help
@@ -485,7 +490,7 @@ def _granted(
     return GpuSelection(ids, uuids, source, claim)
 
 
-def _no_nvidia_smi(num_gpus: int, require: bool, why: str) -> GpuSelection:
+def _no_nvidia_smi(num_gpus: int, require: bool, why: str, *, missing: bool = False) -> GpuSelection:
     if require:
         raise GpuUnavailable(
             f"{num_gpus} GPU(s) required but none can be found: {why}. Install the NVIDIA driver "
@@ -493,5 +498,8 @@ def _no_nvidia_smi(num_gpus: int, require: bool, why: str) -> GpuSelection:
             "resources (spark.task.resource.gpu.amount) or a Mesos offer, or run on the CPU "
             "(num_gpus=0 or require=False)."
         )
-    log.warning("%d GPU(s) wanted but %s; running on the CPU", num_gpus, why)
+    # No nvidia-smi at all is a host without the NVIDIA driver: the CPU is what a GPU wanted
+    # only where one exists means there (TensorFlowOnSpark's "one GPU if any exist", every
+    # node of every CPU cluster), not worth a warning. One that fails or lists none is.
+    (log.debug if missing else log.warning)("%d GPU(s) wanted but %s; running on the CPU", num_gpus, why)
     return CPU
