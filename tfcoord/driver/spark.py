@@ -13,8 +13,10 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -50,6 +52,12 @@ from .session import INTERRUPT_REASON, CoordinatorLink, Interrupted, stop_interr
 from .sparksubmit import SubmitOptions, submit_args
 
 log = logging.getLogger("tfcoord.spark")
+
+#: Why :func:`executors_python` switched, and how to choose otherwise.
+_PYTHON_WHY = (
+    "PYSPARK_PYTHON is unset, and the python3 Spark would start is another environment, which may "
+    "lack tfcoord and TensorFlow; set PYSPARK_PYTHON to choose the executors' Python"
+)
 
 #: Where executors reach the driver's embedded coordinator, when the driver host's
 #: default address is not routable from them (TFOS_SERVER_HOST is TensorFlowOnSpark's name).
@@ -352,6 +360,10 @@ def run(
     if quiet is None:
         quiet = console.quiet_from(os.environ, conf.get(console.QUIET_CONF))
     console.show_progress(quiet)
+    if switched := executors_python(sc):
+        log.warning(
+            "the executors of this local Spark run this driver's Python (%s): %s", switched, _PYTHON_WHY
+        )
     policy = _restart_policy(conf, max_restarts, restart_on, restart_backoff_s, deadline_s)
     if policy["max_restarts"] and input_mode == InputMode.SPARK:
         raise ValueError(
@@ -1168,6 +1180,32 @@ def await_task_slots(sc: Any, needed: int, wait_s: float = EXECUTOR_WAIT_S) -> i
         time.sleep(EXECUTOR_POLL_S)
 
 
+def executors_python(sc: Any, environ: Mapping[str, str] = os.environ) -> str | None:
+    """On a local master, have the executors run this driver's Python unless told otherwise.
+
+    PySpark starts its Python workers with ``PYSPARK_PYTHON``, else ``python3`` from PATH,
+    whatever runs the driver. ``python my_job.py`` from a virtual environment with a
+    ``local[N]`` master therefore starts its executors' Python outside that environment, and
+    the first task fails deep in Spark with ``No module named 'tfcoord'`` (TensorFlowOnSpark
+    fails the same way). Where the executors are this machine's processes (``local``,
+    ``local[N]``, ``local-cluster[...]``) and ``PYSPARK_PYTHON`` is unset, they run the
+    driver's own interpreter, as ``tfcoord submit`` and ``spark-submit --conf
+    spark.pyspark.python`` would have them do. Other masters' executors are on other
+    machines, where this interpreter's path means nothing; they are left alone.
+
+    Returns:
+        The interpreter the executors were switched to (the caller says so), or None.
+    """
+    if not str(getattr(sc, "master", "")).startswith("local") or environ.get("PYSPARK_PYTHON"):
+        return None
+    current = getattr(sc, "pythonExec", None)
+    found = shutil.which(current) if current else None
+    if found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable)):
+        return None  # the driver's own environment (its bin/python3 beside its bin/python)
+    sc.pythonExec = sys.executable  # read for every Python function Spark runs from now on
+    return sys.executable
+
+
 def parallel(
     sc: Any,
     map_fun: Any,
@@ -1188,6 +1226,10 @@ def parallel(
         ParallelTaskFailed: a ``map_fun`` raised (the message names the task and host and
             carries its traceback).
     """
+    if switched := executors_python(sc):
+        log.warning(
+            "the executors of this local Spark run this driver's Python (%s): %s", switched, _PYTHON_WHY
+        )
     if use_barrier:
         slots = await_task_slots(sc, num_executors)
         if slots < num_executors:
