@@ -110,6 +110,32 @@ def test_the_watcher_sees_each_change_until_the_condition_holds(coordinator: Emb
         assert timeline[0] == "submitted: 2 worker" and timeline[-1] == "job RUNNING -> SUCCEEDED"
 
 
+def test_progress_followed_on_by_another_watcher_does_not_say_its_last_line_again(
+    coordinator: EmbeddedCoordinator,
+) -> None:
+    # run() logs the reservation's progress, then `tfcoord submit` follows the job with lines
+    # of its own: the line the first showed last was printed twice ("READY: 0/2" x 2).
+    with DriverClient(coordinator.address, coordinator.secret).connect() as d:
+        job = _two_workers(d)
+        first_lines: list[str] = []
+        first = ProgressLines(first_lines.append, final=False)
+        with _node(coordinator, d, job, 0) as a, _node(coordinator, d, job, 1) as b:
+            a.register("127.0.0.1", 7000)
+            b.register("127.0.0.1", 7001)
+            st = watch_until(d, job, lambda st: st.state.formed, timeout_s=WAIT_S, on_change=first)
+            assert first_lines[-1] == f"job {job} READY: 0/2 nodes running"
+            then_lines: list[str] = []
+            then = ProgressLines(then_lines.append, final=False, after=first)
+            then(st)  # the status the first watcher showed last
+            assert then_lines == []
+            for n in (a, b):
+                n.await_cluster(WAIT_S)
+                n.report(NodeState.RUNNING)
+            st = watch_until(d, job, lambda st: st.running == 2, timeout_s=WAIT_S, on_change=then, since=st)
+        assert then_lines[-1] == f"job {job} RUNNING: 2/2 nodes running"
+        assert f"job {job} READY: 0/2 nodes running" not in then_lines
+
+
 def test_a_malformed_answer_is_a_protocol_error_where_it_arrives() -> None:
     with pytest.raises(RemoteProtocolError, match="malformed JobStatus"):
         JobStatus.decode({"job": "j", "state": "EXPLODED"})

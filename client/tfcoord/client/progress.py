@@ -45,13 +45,27 @@ def describe(status: JobStatus) -> str:
 
 class ProgressLines:
     """Emit :func:`describe`'s line whenever it changes (optionally not once the job ended:
-    the caller then says how it ended, with the why)."""
+    the caller then says how it ended, with the why). ``after``: the lines another
+    ProgressLines already showed of the job (its :attr:`last` and :attr:`restarts`), so
+    following on where it stopped repeats neither."""
 
-    def __init__(self, emit: Callable[[str], None], *, final: bool = True) -> None:
+    def __init__(
+        self, emit: Callable[[str], None], *, final: bool = True, after: ProgressLines | None = None
+    ) -> None:
         self._emit = emit
         self._final = final
-        self._last = ""
-        self._restarts = 0
+        self._last = after.last if after else ""
+        self._restarts = after.restarts if after else 0
+
+    @property
+    def last(self) -> str:
+        """The line emitted last ("" before the first)."""
+        return self._last
+
+    @property
+    def restarts(self) -> int:
+        """The restarts already said."""
+        return self._restarts
 
     def __call__(self, status: JobStatus) -> None:
         if status.restart_count > self._restarts and status.restarts:
