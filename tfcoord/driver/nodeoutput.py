@@ -9,13 +9,15 @@ lines to the coordinator (``node_logs``); the driver follows that stream the way
 :data:`POLL_S`) and prints each line as ``[worker:0] text``, as the local engine does.
 
 Not when the driver is quiet (``run(quiet=True)``, ``spark.tfcoord.quiet``,
-``TFCOORD_QUIET``, see :mod:`.console`). A node's lines arrive at the coordinator within a
+``TFCOORD_QUIET``, see :mod:`.console`), and not where the executors' output already reaches
+this stderr (:func:`executors_print_here`). A node's lines arrive at the coordinator within a
 fraction of a second of being written, so they reach the driver at most about a second after.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -33,6 +35,25 @@ POLL_S = 0.5
 #: How long :meth:`NodeOutput.stop` waits for the last read (a coordinator that stopped
 #: answering must not hold the driver's exit).
 STOP_WAIT_S = 30.0
+
+
+def executors_print_here(master: str) -> bool:
+    """Whether the executors' own output already reaches this process's stderr, so that
+    following it from the coordinator would print every line twice.
+
+    On ``local`` and ``local[N]`` the executor is this JVM, which starts the Python workers
+    with their output on its own stderr: the driver's fd 2. When ``sys.stderr`` is that fd
+    (a terminal, a pipe, a file), the nodes' prints are already there. A notebook replaces
+    ``sys.stderr`` with its cell's stream, which the JVM does not write to, so there the
+    nodes' output is still followed. ``local-cluster[...]`` executors are JVMs of their own
+    writing to their work directories, as on any cluster.
+    """
+    if not re.fullmatch(r"local(\[[^\]]*\])?", master.strip()):
+        return False
+    try:
+        return sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a stream with no descriptor: a notebook's
+        return False
 
 
 def _stderr(line: str) -> None:

@@ -47,7 +47,7 @@ from tfcoord.node.parallel import ParallelTask, ParallelTaskFailed
 from tfcoord.node.tlsfiles import TlsFiles
 
 from . import capacity, console, resources, sparkconf
-from .nodeoutput import NodeOutput
+from .nodeoutput import NodeOutput, executors_print_here
 from .session import INTERRUPT_REASON, CoordinatorLink, Interrupted, stop_interrupted
 from .sparksubmit import SubmitOptions, submit_args
 
@@ -414,7 +414,9 @@ def run(
         )
         cluster = SparkCluster(sc, driver, job, spec, node, link, input_mode, tensorboard)
         cluster.profiles = profiles
-        if not quiet:  # the nodes' own output, as the local engine shows it
+        if not quiet and not executors_print_here(
+            sc.master
+        ):  # the nodes' output, as the local engine shows it
             cluster.output = NodeOutput(driver, job).start()
     except BaseException:
         driver.close()
@@ -697,7 +699,11 @@ class SparkCluster:
         """
         try:
             return watch_until(
-                self.driver, self.job, timeout_s=timeout_s, on_change=ProgressLines(emit, final=False)
+                self.driver,
+                self.job,
+                timeout_s=timeout_s,
+                # From where run()'s own progress lines stopped: its last line is not said again.
+                on_change=ProgressLines(emit, final=False, after=self._progress),
             )
         except KeyboardInterrupt:
             raise self._interrupt() from None
