@@ -797,6 +797,14 @@ def test_submit_engine_mesos_runs_a_user_command_end_to_end(
     # before the ps had reported running (or was told to stop before it started), it went
     # from READY to SUCCEEDED, which is as right.
     assert re.search(r"^tfcoord: job (READY|RUNNING) -> SUCCEEDED$", out.stderr, re.M), out.stderr[-3000:]
+    # Each event once: the timeline, not the embedded coordinator's log of the same events too.
+    assert len(re.findall(r"worker:1 REGISTERED from", out.stderr)) == 1, out.stderr[-3000:]
+    assert "INFO tfcoord" not in out.stderr, out.stderr[-3000:]
+    # The tasks' own output (in their sandboxes) followed from the coordinator, as under Spark.
+    for i in (0, 1):
+        assert f"[worker:{i}] {{'type': 'worker', 'index': {i}}}" in out.stderr.splitlines(), out.stderr[
+            -3000:
+        ]
     wait(master, lambda: all_ended(master))
 
 

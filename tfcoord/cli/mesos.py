@@ -14,6 +14,7 @@ from tfcoord.client import TfcoordError, make_roles
 from tfcoord.client.entry import ADDRESS_ENV, ExitCode, UsageError
 from tfcoord.client.vocab import JobState
 from tfcoord.client.watcher import FOREVER_S
+from tfcoord.driver.nodeoutput import NodeOutput
 from tfcoord.driver.session import INTERRUPT_REASON, CoordinatorLink, stop_and_wait, stop_interrupted
 
 log = logging.getLogger("tfcoord")
@@ -64,8 +65,10 @@ def submit_mesos(args: argparse.Namespace) -> int:
             config = MesosConfig.from_env(os.environ, master=args.mesos_master)
         except MesosConfigError as e:
             raise UsageError(str(e)) from None
-        # The job's timeline is printed instead of the framework's per-event log.
-        logging.getLogger("tfcoord.mesos").setLevel(max(logging.WARNING, logging.getLogger().level))
+        # The job's timeline is printed instead of the framework's and the coordinator's
+        # per-event logs, which would say every event a second time.
+        for name in ("tfcoord.mesos", "tfcoord.coordinator"):
+            logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
         link = mesos.start_link(
             config, advertise_host=args.advertise_host, gpus=mjob.gpus, plaintext=args.plaintext
         )
@@ -87,6 +90,9 @@ def submit_mesos(args: argparse.Namespace) -> int:
                 print(job, flush=True)
             emit(f"not waiting: follow it with `tfcoord status {job}`, end it with `tfcoord stop {job}`")
             return 0
+        # The tasks' output is in their Mesos sandboxes: followed here from the coordinator,
+        # [worker:0] ..., as the local and the Spark engines show it.
+        output = NodeOutput(driver, job).start()
         try:
             if mjob.server_mode:
                 status = mesos.wait_running(
@@ -100,6 +106,8 @@ def submit_mesos(args: argparse.Namespace) -> int:
             # A serving cluster runs until Ctrl-C: that is its normal end.
             emit("interrupted: stopping the cluster")
             status = stop_and_wait(driver, job, INTERRUPT_REASON, mesos.STOP_WAIT_S)
+        finally:
+            output.stop()  # the last lines, before the driver's client closes
     if status.state == JobState.FAILED:
         emit(f"job {job} failed: {status.error}")
     print_final(args, status)
