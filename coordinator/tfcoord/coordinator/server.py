@@ -1006,6 +1006,11 @@ class CoordinatorServer:
         if msg.role == "driver":
             peer.owner = auth.owner_digest(msg.owner)
         peer.write(welcome)
+        # The idle clock starts at the welcome, as at any answer: a hello that waited for
+        # the bulk budget (``defer``) longer than the idle timeout arrived at a time that
+        # says nothing of the peer, and the watchdog closed a connection just welcomed
+        # (welcome and IDLE_TIMEOUT in one read: "sent data before the first request").
+        peer.nothing_pending()
 
     def _key_for(self, role: str, job: str | None) -> KeyFor:
         """What a peer claiming ``role`` (and ``job``) must prove it holds.
