@@ -182,32 +182,50 @@ def test_pending_requests_per_connection_are_capped(coord):
         with_node.close()
 
 
-def test_a_peer_that_does_not_read_its_replies_is_not_read_either(coord):
+@pytest.fixture
+def patient_coord() -> Iterator[EmbeddedCoordinator]:
+    """A coordinator with its default timeouts: the flood below starves this process's
+    threads (the coordinator's loop, the sender, the driver's reader share one GIL) for
+    longer than ``coord``'s 0.4 s idle timeout, which would close the driver's connection
+    between its welcome and its first request, the driver's own thread being the one late."""
+    c = EmbeddedCoordinator(plaintext=True)
+    c.start()
+    try:
+        yield c
+        c.call(c.server.state.validate)
+    finally:
+        c.stop()
+
+
+def test_a_peer_that_does_not_read_its_replies_is_not_read_either(patient_coord):
     """Replies to a peer that never reads pile up only to a bound, not without end."""
+    coord = patient_coord
     size = 2000  # a status of this job is tens of KiB: a few fill any socket buffer
     with DriverClient(coord.address, coord.secret) as d:
         job = d.submit(JobSpec(roles=make_roles(size)))
         reply_bytes = len(Connection().send(m.Reply(id=1, result=d.status(job))))
     raw = Raw(coord.port).login(coord.admin_secret, "admin")
-    requests = 20_000
-    flood = Connection().send(m.Status(id=1, job=job)) * requests
-    sender = threading.Thread(target=raw.sock.sendall, args=(flood,), daemon=True)
-    sender.start()  # it may block for good: the coordinator stops reading, which is the point
+    try:
+        requests = 20_000
+        flood = Connection().send(m.Status(id=1, job=job)) * requests
+        sender = threading.Thread(target=raw.sock.sendall, args=(flood,), daemon=True)
+        sender.start()  # it may block for good: the coordinator stops reading, which is the point
 
-    def paused() -> bool:
-        return coord.call(lambda: any(not p.transport.is_reading() for p in coord.server.peers.values()))
+        def paused() -> bool:
+            return coord.call(lambda: any(not p.transport.is_reading() for p in coord.server.peers.values()))
 
-    wait_until(paused, what="the coordinator to stop reading from the peer that does not read")
-    buffered = coord.call(
-        lambda: max(p.transport.get_write_buffer_size() for p in coord.server.peers.values())
-    )
-    # Without backpressure every request would leave its reply behind (requests x reply);
-    # with it, at most the replies to one read's worth of pending requests wait.
-    bound = (MAX_PENDING_PER_CONNECTION + 1) * reply_bytes
-    assert requests * reply_bytes > 100 * bound
-    assert buffered <= bound, (buffered, bound)
-    _driver_works(coord)
-    raw.close()
+        wait_until(paused, what="the coordinator to stop reading from the peer that does not read")
+        buffered = coord.call(
+            lambda: max(p.transport.get_write_buffer_size() for p in coord.server.peers.values())
+        )
+        # Without backpressure every request would leave its reply behind (requests x reply);
+        # with it, at most the replies to one read's worth of pending requests wait.
+        bound = (MAX_PENDING_PER_CONNECTION + 1) * reply_bytes
+        assert requests * reply_bytes > 100 * bound
+        assert buffered <= bound, (buffered, bound)
+        _driver_works(coord)  # every other connection is served meanwhile
+    finally:
+        raw.close()  # also when it failed: a socket left to the collector warns in a later test
     wait_until(lambda: _connections(coord) == 0, what="the greedy connection to be gone")
 
 
