@@ -34,17 +34,20 @@ HANDSHAKE_S, FRAME_S, IDLE_S = 0.4, 0.6, 0.4
 TRICKLE_S = 0.05
 
 
-@pytest.fixture
-def coord() -> Iterator[EmbeddedCoordinator]:
-    c = EmbeddedCoordinator(
-        plaintext=True, handshake_timeout_s=HANDSHAKE_S, frame_timeout_s=FRAME_S, idle_timeout_s=IDLE_S
-    )
+def _running(**timeouts: float) -> Iterator[EmbeddedCoordinator]:
+    """A plaintext coordinator for one test; its state checked valid when the test passed."""
+    c = EmbeddedCoordinator(plaintext=True, **timeouts)
     c.start()
     try:
         yield c
         c.call(c.server.state.validate)
     finally:
         c.stop()
+
+
+@pytest.fixture
+def coord() -> Iterator[EmbeddedCoordinator]:
+    yield from _running(handshake_timeout_s=HANDSHAKE_S, frame_timeout_s=FRAME_S, idle_timeout_s=IDLE_S)
 
 
 def _trickle(sock: socket.socket, data: bytes) -> threading.Thread:
@@ -188,13 +191,7 @@ def patient_coord() -> Iterator[EmbeddedCoordinator]:
     threads (the coordinator's loop, the sender, the driver's reader share one GIL) for
     longer than ``coord``'s 0.4 s idle timeout, which would close the driver's connection
     between its welcome and its first request, the driver's own thread being the one late."""
-    c = EmbeddedCoordinator(plaintext=True)
-    c.start()
-    try:
-        yield c
-        c.call(c.server.state.validate)
-    finally:
-        c.stop()
+    yield from _running()
 
 
 def test_a_peer_that_does_not_read_its_replies_is_not_read_either(patient_coord):
