@@ -25,6 +25,16 @@ _JVM_SIZE = re.compile(r"\s*(\d+)\s*([kmgt]?)b?\s*", re.IGNORECASE)
 _MIB = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
 
 
+def executor_in_driver_jvm(master: str) -> bool:
+    """``local``, ``local[N]``: the one executor is the driver's own JVM."""
+    return _LOCAL.fullmatch((master or "").strip()) is not None
+
+
+def executors_on_this_machine(master: str) -> bool:
+    """``local``, ``local[N]`` or ``local-cluster[...]``: every executor runs on this machine."""
+    return executor_in_driver_jvm(master) or _LOCAL_CLUSTER.match((master or "").strip()) is not None
+
+
 @dataclass(frozen=True)
 class Slots:
     """The task slots the configuration gives the application, and how it says so."""

@@ -26,7 +26,7 @@ from tfcoord.client.jobreplies import JobStatus
 from tfcoord.client.progress import ProgressLines
 from tfcoord.client.vocab import JobState
 from tfcoord.client.watcher import FOREVER_S, watch_until
-from tfcoord.node.outputlog import ShownLine
+from tfcoord.node.outputlog import as_shown
 
 from .resources import Resources
 from .session import stops_on_interrupt
@@ -40,10 +40,10 @@ def _pump(src: IO[bytes], prefix: bytes, out: IO[bytes], lock: threading.Lock) -
     # Each line as a terminal shows it: a progress bar's carriage returns would otherwise
     # send the cursor back over the prefix on a terminal, and put every redraw in a file.
     for line in iter(src.readline, b""):
-        shown = ShownLine(limit=sys.maxsize)  # readline holds the whole line already
-        text = (shown.feed(line.decode("utf-8", "replace")) or [shown.end() or ""])[0]
+        body, end = (line[:-1], b"\n") if line.endswith(b"\n") else (line, b"")
+        text = as_shown(body.decode("utf-8", "replace"))
         with lock:
-            out.write(prefix + text.encode("utf-8", "replace") + (b"\n" if line.endswith(b"\n") else b""))
+            out.write(prefix + text.encode("utf-8", "replace") + end)
             out.flush()
 
 

@@ -17,7 +17,6 @@ fraction of a second of being written, so they reach the driver at most about a 
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import threading
 from collections.abc import Callable
@@ -27,6 +26,8 @@ from tfcoord.client import DriverClient
 from tfcoord.client.errors import TfcoordError
 from tfcoord.client.messages import MAX_LOGS_REPLY
 from tfcoord.client.terminal import printable
+
+from .capacity import executor_in_driver_jvm
 
 log = logging.getLogger("tfcoord.spark")
 
@@ -48,7 +49,7 @@ def executors_print_here(master: str) -> bool:
     nodes' output is still followed. ``local-cluster[...]`` executors are JVMs of their own
     writing to their work directories, as on any cluster.
     """
-    if not re.fullmatch(r"local(\[[^\]]*\])?", master.strip()):
+    if not executor_in_driver_jvm(master):
         return False
     try:
         return sys.stderr.fileno() == 2

@@ -53,12 +53,6 @@ from .sparksubmit import SubmitOptions, submit_args
 
 log = logging.getLogger("tfcoord.spark")
 
-#: Why :func:`executors_python` switched, and how to choose otherwise.
-_PYTHON_WHY = (
-    "PYSPARK_PYTHON is unset, and the python3 Spark would start is another environment, which may "
-    "lack tfcoord and TensorFlow; set PYSPARK_PYTHON to choose the executors' Python"
-)
-
 #: Where executors reach the driver's embedded coordinator, when the driver host's
 #: default address is not routable from them (TFOS_SERVER_HOST is TensorFlowOnSpark's name).
 SERVER_HOST_ENVS = ("TFCOORD_SERVER_HOST", "TFOS_SERVER_HOST")
@@ -360,10 +354,7 @@ def run(
     if quiet is None:
         quiet = console.quiet_from(os.environ, conf.get(console.QUIET_CONF))
     console.show_progress(quiet)
-    if switched := executors_python(sc):
-        log.warning(
-            "the executors of this local Spark run this driver's Python (%s): %s", switched, _PYTHON_WHY
-        )
+    executors_python(sc)
     policy = _restart_policy(conf, max_restarts, restart_on, restart_backoff_s, deadline_s)
     if policy["max_restarts"] and input_mode == InputMode.SPARK:
         raise ValueError(
@@ -414,9 +405,8 @@ def run(
         )
         cluster = SparkCluster(sc, driver, job, spec, node, link, input_mode, tensorboard)
         cluster.profiles = profiles
-        if not quiet and not executors_print_here(
-            sc.master
-        ):  # the nodes' output, as the local engine shows it
+        # The nodes' output, as the local engine shows it (unless it is on this stderr already).
+        if not quiet and not executors_print_here(sc.master):
             cluster.output = NodeOutput(driver, job).start()
     except BaseException:
         driver.close()
@@ -1197,18 +1187,27 @@ def executors_python(sc: Any, environ: Mapping[str, str] = os.environ) -> str | 
     ``local[N]``, ``local-cluster[...]``) and ``PYSPARK_PYTHON`` is unset, they run the
     driver's own interpreter, as ``tfcoord submit`` and ``spark-submit --conf
     spark.pyspark.python`` would have them do. Other masters' executors are on other
-    machines, where this interpreter's path means nothing; they are left alone.
+    machines, where this interpreter's path means nothing; they are left alone. The switch
+    is said in one warning line.
 
     Returns:
-        The interpreter the executors were switched to (the caller says so), or None.
+        The interpreter the executors were switched to, or None.
     """
-    if not str(getattr(sc, "master", "")).startswith("local") or environ.get("PYSPARK_PYTHON"):
+    if not capacity.executors_on_this_machine(str(getattr(sc, "master", ""))) or environ.get(
+        "PYSPARK_PYTHON"
+    ):
         return None
     current = getattr(sc, "pythonExec", None)
     found = shutil.which(current) if current else None
     if found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable)):
         return None  # the driver's own environment (its bin/python3 beside its bin/python)
     sc.pythonExec = sys.executable  # read for every Python function Spark runs from now on
+    log.warning(
+        "the executors of this local Spark run this driver's Python (%s): PYSPARK_PYTHON is unset, "
+        "and the python3 Spark would start is another environment, which may lack tfcoord and "
+        "TensorFlow; set PYSPARK_PYTHON to choose the executors' Python",
+        sys.executable,
+    )
     return sys.executable
 
 
@@ -1232,10 +1231,7 @@ def parallel(
         ParallelTaskFailed: a ``map_fun`` raised (the message names the task and host and
             carries its traceback).
     """
-    if switched := executors_python(sc):
-        log.warning(
-            "the executors of this local Spark run this driver's Python (%s): %s", switched, _PYTHON_WHY
-        )
+    executors_python(sc)
     if use_barrier:
         slots = await_task_slots(sc, num_executors)
         if slots < num_executors:

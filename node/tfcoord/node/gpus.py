@@ -501,5 +501,6 @@ def _no_nvidia_smi(num_gpus: int, require: bool, why: str, *, missing: bool = Fa
     # No nvidia-smi at all is a host without the NVIDIA driver: the CPU is what a GPU wanted
     # only where one exists means there (TensorFlowOnSpark's "one GPU if any exist", every
     # node of every CPU cluster), not worth a warning. One that fails or lists none is.
-    (log.debug if missing else log.warning)("%d GPU(s) wanted but %s; running on the CPU", num_gpus, why)
+    level = logging.DEBUG if missing else logging.WARNING
+    log.log(level, "%d GPU(s) wanted but %s; running on the CPU", num_gpus, why)
     return CPU

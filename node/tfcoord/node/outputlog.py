@@ -6,8 +6,8 @@ stream reads it, passes every byte on to where the output went before (the super
 own fd 1 or 2: the Spark executor's log, the local engine's prefixed lines), and queues
 each line as a terminal would show it (:class:`ShownLine`: a progress bar redrawn in place
 with ``\\r`` or ``\\b`` is kept as its last state), escaped (no control characters: a line
-can neither forge another line nor drive a terminal) and cut at ``MAX_LOG_LINE`` characters. A sender sends the queue to the
-coordinator in batches every ``interval_s``. The queue is bounded (``MAX_QUEUED``): while
+can neither forge another line nor drive a terminal) and cut at ``MAX_LOG_LINE`` characters.
+A sender sends the queue to the coordinator in batches every ``interval_s``. The queue is bounded (``MAX_QUEUED``): while
 the coordinator is slow or away the oldest lines go, and the next batch says how many.
 """
 
@@ -106,6 +106,12 @@ class ShownLine:
         elif text:
             self._shown = self._shown[:at] + text + self._shown[at + len(text) :]
         self._at = at + len(text)
+
+
+def as_shown(line: str) -> str:
+    """One line (without its ``\\n``) as a terminal shows it; see :class:`ShownLine`."""
+    shown = ShownLine(limit=len(line))  # nothing to cut: the whole line is here
+    return (shown.feed(line) or [shown.end() or ""])[0]
 
 
 class OutputLog:
