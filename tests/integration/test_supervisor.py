@@ -350,6 +350,32 @@ def test_the_output_of_map_fun_and_of_a_command_reaches_the_coordinator_escaped(
     assert sorted((x[3], x[4]) for x in got["lines"]) == [("stderr", "err line"), ("stdout", "out line")]
 
 
+def _crashes_in_native_code(args, ctx):
+    import ctypes
+
+    ctypes.string_at(0)  # reads address 0: SIGSEGV, as a crash inside TensorFlow would
+
+
+def test_a_crash_in_native_code_is_named_and_its_python_stack_is_in_the_output(coordinator):
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(js := JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        forked = start_node(_spec(coordinator, d, job, js, _crashes_in_native_code), 0).wait(WAIT_S)
+        forked_lines = [x[4] for x in d.logs(job)["lines"]]
+    assert forked.state == FAILED
+    assert "map_fun process was killed by signal 11 (SIGSEGV: a crash in native code" in forked.error
+    assert "Fatal Python error: Segmentation fault" in forked_lines
+    assert any("_crashes_in_native_code" in line for line in forked_lines)  # where it crashed
+
+    with DriverClient(coordinator.address, coordinator.secret) as d:
+        job = d.submit(JobSpec(roles=make_roles(1), reservation_timeout_s=30))
+        command = NodeSupervisor(
+            _config(coordinator, d, job, 0), _python("import ctypes; ctypes.string_at(0)")
+        ).run()
+    assert command.state == FAILED
+    assert "was killed by signal 11 (SIGSEGV" in command.error
+    assert "Fatal Python error: Segmentation fault" in command.error  # the stderr tail it carries
+
+
 def test_a_progress_bar_redrawn_in_place_reaches_the_coordinator_as_its_last_state(coordinator):
     # Keras's Progbar on a terminal: backspaces and a carriage return before each step's
     # bar, flushed step by step; tqdm: a carriage return only, here with no final line break.

@@ -16,6 +16,7 @@ when the user calls ``ctx.release_port()``.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import multiprocessing
 import os
@@ -53,6 +54,7 @@ from .supervisor import (
     Meta,
     NodeSupervisor,
     SupervisorConfig,
+    killed_by,
 )
 from .tensorboard import TensorBoard
 from .tlsfiles import TlsFiles
@@ -232,6 +234,9 @@ def _child(
                     sys.stdout = stream
                 else:
                     sys.stderr = stream
+        # A crash in native code (TensorFlow, a C extension) then prints where map_fun was on
+        # the node's output, which its failure shows, instead of ending without a word.
+        faulthandler.enable(file=sys.stderr, all_threads=True)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.environ.update(env)
         ctx._release = port.release
@@ -442,7 +447,7 @@ class ForkedFunction(Child):
         if kind == "error":
             return ChildExit(str(payload), code or 1)
         if kind != "result" and code < 0:
-            return ChildExit(f"map_fun process was killed by signal {-code} (out of memory?)", code)
+            return ChildExit(f"map_fun process was {killed_by(-code)}", code)
         if kind != "result":
             return ChildExit(f"map_fun process exited with code {code} without finishing", code or 1)
         return ChildExit("", 0, payload or {})

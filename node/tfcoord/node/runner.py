@@ -35,7 +35,16 @@ from tfcoord.client.auth import TOKEN_ENV
 from tfcoord.client.client import DEFAULT_REQUEST_TIMEOUT_S
 from tfcoord.client.messages import MAX_ERROR_LEN
 
-from .supervisor import STOP_GRACE_S, Child, ChildExit, GpuRequest, Launch, NodeSupervisor, SupervisorConfig
+from .supervisor import (
+    STOP_GRACE_S,
+    Child,
+    ChildExit,
+    GpuRequest,
+    Launch,
+    NodeSupervisor,
+    SupervisorConfig,
+    killed_by,
+)
 
 if TYPE_CHECKING:
     import subprocess
@@ -121,6 +130,9 @@ class Command(Child):
 
     def _env(self, launch: Launch) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+        # A Python command that crashes in native code prints its stack to the stderr whose
+        # tail the node's failure carries (unless the user chose otherwise).
+        env.setdefault("PYTHONFAULTHANDLER", "1")
         env.update(self.extra_env)
         env.update(launch.env)  # CUDA_VISIBLE_DEVICES always set: a node never grabs every GPU by accident
         return env
@@ -153,8 +165,8 @@ class Command(Child):
             self._proc.stderr.close()
         if rc == 0:
             return ChildExit()
-        why = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
-        return ChildExit(f"command {self.command[0]} ended with {why}\n{err}", rc)
+        why = f"was {killed_by(-rc)}" if rc < 0 else f"ended with exit code {rc}"
+        return ChildExit(f"command {self.command[0]} {why}\n{err}", rc)
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

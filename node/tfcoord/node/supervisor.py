@@ -63,6 +63,31 @@ SUCCEEDED, FAILED, STOPPED = NodeState.SUCCEEDED, NodeState.FAILED, NodeState.ST
 Meta = dict[str, str | int | float]
 
 
+#: What a signal that ends a child most likely means, for the node's error line.
+_SIGNAL_HINTS = {
+    signal.SIGKILL: "the kernel's out-of-memory killer, or a kill -9",
+    signal.SIGSEGV: "a crash in native code such as TensorFlow's; its Python stack is in the output",
+    signal.SIGBUS: "a crash in native code, or a memory-mapped file that shrank",
+    signal.SIGABRT: "native code aborted, such as a failed check in TensorFlow",
+    signal.SIGILL: "native code built for another CPU, with an instruction this one lacks",
+    signal.SIGTERM: "something outside tfcoord stopped it",
+}
+
+
+def killed_by(signum: int) -> str:
+    """``killed by signal 11 (SIGSEGV: a crash in native code ...)``: a child's end by a signal."""
+    try:
+        sig = signal.Signals(signum)
+    except ValueError:
+        return f"killed by signal {signum}"
+    hint = _SIGNAL_HINTS.get(sig)
+    return (
+        f"killed by signal {signum} ({sig.name}: {hint})"
+        if hint
+        else f"killed by signal {signum} ({sig.name})"
+    )
+
+
 @dataclass(frozen=True)
 class ChildExit:
     """How a child ended.
