@@ -28,6 +28,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     s = Served(tmp_path_factory.mktemp("newcomer"), http=True)
     yield s
     s.stop()
+    for held in free_port.held:  # type: ignore[attr-defined]
+        held.close()
 
 
 def tfcoord(
