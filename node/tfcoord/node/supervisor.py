@@ -81,11 +81,8 @@ def killed_by(signum: int) -> str:
     except ValueError:
         return f"killed by signal {signum}"
     hint = _SIGNAL_HINTS.get(sig)
-    return (
-        f"killed by signal {signum} ({sig.name}: {hint})"
-        if hint
-        else f"killed by signal {signum} ({sig.name})"
-    )
+    named = f"{sig.name}: {hint}" if hint else sig.name
+    return f"killed by signal {signum} ({named})"
 
 
 @dataclass(frozen=True)
